@@ -1,0 +1,332 @@
+"""The command line (DESIGN.md section 6). Usage errors: one line on stderr, exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import locale
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any, NoReturn
+
+from gpudoctor import __version__
+
+USAGE_ERROR = 2
+
+
+class UsageError(Exception):
+    """Bad input: one line for the user, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+def default_lang() -> str:
+    for var in ("LC_ALL", "LC_MESSAGES", "LANG"):
+        value = os.environ.get(var)
+        if value:
+            return "zh" if value.lower().startswith("zh") else "en"
+    try:
+        code = locale.getlocale()[0] or ""
+    except ValueError:
+        code = ""
+    return "zh" if code.lower().startswith("zh") else "en"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    store_help = (
+        "session database (default: $GPUDOCTOR_STORE or ~/.local/share/gpudoctor/sessions.db)"
+    )
+    parser = _Parser(
+        prog="gpudoctor",
+        description="A terminal performance doctor for PyTorch training jobs.",
+    )
+    parser.add_argument("--version", action="version", version=f"gpudoctor {__version__}")
+    parser.add_argument("--store", type=Path, help=store_help)
+    sub = parser.add_subparsers(dest="command_name", parser_class=_Parser)
+
+    def add(name: str, help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help)
+        p.add_argument("--store", type=Path, default=argparse.SUPPRESS, help=store_help)
+        return p
+
+    run = add("run", "launch a command under the doctor")
+    run.add_argument("--headless", action="store_true", help="no TUI: a status line on stderr")
+    run.add_argument("--report", type=Path, metavar="PATH", help="write the report (.json or .md)")
+    run.add_argument(
+        "--max-seconds", type=_positive_float, metavar="S", help="stop the job after S seconds"
+    )
+    run.add_argument(
+        "--interval",
+        type=_positive_float,
+        default=1.0,
+        metavar="S",
+        help="sampling period (default 1 s)",
+    )
+    run.add_argument("--lang", choices=("en", "zh"), default=None, help="language of the remedies")
+    run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
+
+    history = add("history", "recorded sessions, newest first")
+    history.add_argument("--limit", type=int, default=20, help="how many to list (default 20)")
+
+    report = add("report", "rebuild the report of a recorded session")
+    report.add_argument("session", help="session id (see `gpudoctor history`), or `last`")
+    report.add_argument("--format", choices=("md", "json"), default="md")
+    report.add_argument("--lang", choices=("en", "zh"), default=None)
+
+    remedies = add("remedies", "print the remedy catalogue")
+    remedies.add_argument("--lang", choices=("en", "zh"), default=None)
+    return parser
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    args_list = sys.argv[1:] if argv is None else argv
+    try:
+        args = build_parser().parse_args(args_list)
+        if args.command_name is None:
+            build_parser().print_help()
+            return 0
+        handler = {
+            "run": cmd_run,
+            "history": cmd_history,
+            "report": cmd_report,
+            "remedies": cmd_remedies,
+        }[args.command_name]
+        return handler(args)
+    except UsageError as exc:
+        print(str(exc), file=sys.stderr)
+        return USAGE_ERROR
+    except BrokenPipeError:  # `gpudoctor history | head`
+        sys.stderr.close()
+        return 0
+
+
+def _open_store(args: argparse.Namespace) -> Any:
+    from gpudoctor.store import Store, StoreError, default_path
+
+    path = args.store or default_path()
+    try:
+        return Store(Path(path))
+    except StoreError as exc:
+        raise UsageError(f"gpudoctor: {exc}") from None
+
+
+# -- run ------------------------------------------------------------------------------------
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    command = list(args.cmd)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise UsageError(
+            "gpudoctor run: no command given (usage: gpudoctor run [OPTIONS] -- CMD [ARGS...])"
+        )
+    report_path: Path | None = args.report
+    if report_path is not None:
+        if report_path.suffix not in (".json", ".md"):
+            raise UsageError(f"gpudoctor run: --report must end in .json or .md: {report_path}")
+        if not report_path.parent.is_dir():
+            raise UsageError(f"gpudoctor run: no such folder for --report: {report_path.parent}")
+    lang = args.lang or default_lang()
+    if not args.headless:
+        print(
+            "gpudoctor: the TUI is not available in this version; running headless.",
+            file=sys.stderr,
+        )
+    store = _open_store(args)
+    from gpudoctor import report as reports
+    from gpudoctor.live import status_line
+    from gpudoctor.session import LaunchError, Session
+
+    session = Session(command, store, interval_s=args.interval, max_seconds=args.max_seconds)
+    try:
+        session.start()
+    except LaunchError as exc:
+        print(f"gpudoctor: {exc}", file=sys.stderr)
+        store.close()
+        return exc.exit_code
+
+    presses = 0
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        nonlocal presses
+        if signum == signal.SIGINT:
+            presses += 1
+            if presses == 1:
+                if not _terminal_delivered():
+                    session.signal_job(signal.SIGINT)
+                print(
+                    "\ngpudoctor: waiting for the job to stop (Ctrl-C again to force)",
+                    file=sys.stderr,
+                )
+            else:
+                session.signal_job(signal.SIGTERM if presses == 2 else signal.SIGKILL)
+        else:
+            session.signal_job(signum)
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    tty = sys.stderr.isatty()
+
+    def on_tick(timeline: Any) -> None:
+        line = status_line(timeline)
+        print(line, file=sys.stderr, flush=True)
+
+    try:
+        job_exit = session.run(on_tick)
+        report = reports.build(session.timeline, session.session_id, lang)
+        assert session.session_id is not None and session.timeline.end_mono_ns is not None
+        store.finish(
+            session.session_id, session.timeline.end_mono_ns, job_exit, reports.summary(report)
+        )
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        session.close()
+        store.close()
+    _print_findings(report, tty)
+    if report_path is not None:
+        text = (
+            reports.to_json(report)
+            if report_path.suffix == ".json"
+            else reports.to_markdown(report)
+        )
+        report_path.write_text(text, encoding="utf-8")
+        print(f"gpudoctor: report written to {report_path}", file=sys.stderr)
+    if job_exit.ended_by == "max-seconds":
+        return 0  # stopped as asked: the job's own code is in the report
+    return job_exit.exit_code if job_exit.exit_code is not None else 1
+
+
+def _terminal_delivered() -> bool:
+    """Ctrl-C at the terminal reaches the whole foreground group, the job included."""
+    try:
+        return os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp()
+    except OSError:
+        return False
+
+
+def _print_findings(report: dict[str, Any], tty: bool) -> None:
+    from gpudoctor.report import status_words
+
+    s = report["steps"]
+    out = sys.stderr
+    print("", file=out)
+    print(
+        f"gpudoctor: session {report['session']}: {status_words(report)}, "
+        f"{report['duration_s']:.1f} s, {s['count']} steps",
+        file=out,
+    )
+    if s["median_ms"] is not None:
+        line = f"  step {s['median_ms']:.1f} ms median, {s['p90_ms']:.1f} ms p90"
+        if s["samples_per_s"]:
+            line += f", {s['samples_per_s']:.1f} samples/s"
+        line += f", data wait {s['data_wait_fraction']:.0%}"
+        print(line, file=out)
+    print(f"  GPU: {report['gpu_status']}", file=out)
+    if not report["findings"]:
+        print("  no findings: nothing measured points at a bottleneck", file=out)
+    for f in report["findings"]:
+        print(f"  [{f['severity']}] {f['id']}: {f['title']}", file=out)
+        print(f"      {f['evidence']}", file=out)
+        for r in f["remedies"][:3]:
+            print(f"      -> {r['id']}: {r['how']}", file=out)
+    for note in report["notes"]:
+        print(f"  note: {note}", file=out)
+
+
+# -- history, report, remedies ------------------------------------------------------------
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    from gpudoctor.store import StoreError
+
+    store = _open_store(args)
+    try:
+        rows = store.sessions()
+    except StoreError as exc:
+        raise UsageError(f"gpudoctor: {exc}") from None
+    finally:
+        store.close()
+    if not rows:
+        print(f"no recorded sessions in {store.path}")
+        return 0
+    print(
+        f"{'id':>4}  {'started':16}  {'took':>7}  {'ended':22}  {'steps':>6}  {'top finding':26}  command"
+    )
+    for row in rows[: args.limit]:
+        started = time.strftime("%Y-%m-%d %H:%M", time.localtime(row.started_unix))
+        took = f"{row.duration_s:.0f}s" if row.duration_s is not None else "-"
+        ended = f"{row.exit.ended_by} ({row.exit.exit_code})" if row.exit else "incomplete"
+        steps = row.summary.get("steps", "-")
+        top = row.summary.get("top_finding") or "-"
+        command = " ".join(row.command)
+        print(
+            f"{row.id:>4}  {started:16}  {took:>7}  {ended:22}  {steps!s:>6}  {top:26}  {command[:60]}"
+        )
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from gpudoctor import report as reports
+    from gpudoctor.store import StoreError
+
+    store = _open_store(args)
+    try:
+        if args.session == "last":
+            rows = store.sessions()
+            if not rows:
+                raise UsageError(f"gpudoctor report: no recorded sessions in {store.path}")
+            session_id = rows[0].id
+        else:
+            try:
+                session_id = int(args.session)
+            except ValueError:
+                raise UsageError(
+                    f"gpudoctor report: not a session id: {args.session!r} (see gpudoctor history)"
+                ) from None
+        timeline = store.load(session_id)
+    except StoreError as exc:
+        raise UsageError(f"gpudoctor report: {exc}") from None
+    finally:
+        store.close()
+    report = reports.build(timeline, session_id, args.lang or default_lang())
+    sys.stdout.write(
+        reports.to_json(report) if args.format == "json" else reports.to_markdown(report)
+    )
+    return 0
+
+
+def cmd_remedies(args: argparse.Namespace) -> int:
+    from gpudoctor.diagnosis.remedies import CATALOGUE, section_title
+
+    lang = args.lang or default_lang()
+    for remedy in CATALOGUE.values():
+        section = section_title(remedy.guide_section, lang)
+        extra = (
+            (" (超出指南)" if lang == "zh" else " (beyond the guide)")
+            if remedy.beyond_guide
+            else ""
+        )
+        print(f"{remedy.id}: {remedy.title[lang]}{extra}")
+        print(f"  {'指南' if lang == 'zh' else 'guide'}: [{remedy.guide_section}] {section}")
+        print(f"  {remedy.explanation[lang]}")
+        for line in remedy.snippet.splitlines():
+            print(f"    {line}")
+        print()
+    return 0

@@ -1,0 +1,1 @@
+"""Diagnosis: pure rules over a window of one run. No Textual, psutil, NVML, sockets."""

@@ -1,0 +1,89 @@
+"""Runs every rule over a window and ranks what they find."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from gpudoctor.diagnosis.rules import (
+    cpu_saturated,
+    cudnn_benchmark_off,
+    data_parallel,
+    gpu_throttled,
+    grad_in_inference,
+    host_sync,
+    input_bound,
+    low_gpu_util,
+    memory_pressure,
+    no_mixed_precision,
+    not_compiled,
+    out_of_memory,
+    pageable_copies,
+    slow_storage,
+    small_batch,
+    straggler,
+)
+from gpudoctor.diagnosis.window import Window
+from gpudoctor.model import Finding
+
+RULES = (
+    out_of_memory,
+    input_bound,
+    slow_storage,
+    cpu_saturated,
+    host_sync,
+    pageable_copies,
+    low_gpu_util,
+    small_batch,
+    no_mixed_precision,
+    memory_pressure,
+    not_compiled,
+    cudnn_benchmark_off,
+    grad_in_inference,
+    data_parallel,
+    gpu_throttled,
+    straggler,
+)
+
+FINDING_IDS = tuple(rule.ID for rule in RULES)
+
+# A finding that names the cause behind a broader one ranks just above it.
+REFINES = {
+    slow_storage.ID: input_bound.ID,
+    cpu_saturated.ID: input_bound.ID,
+    small_batch.ID: low_gpu_util.ID,
+}
+
+
+def diagnose(window: Window) -> list[Finding]:
+    findings = [f for f in (rule.evaluate(window) for rule in RULES) if f is not None]
+    findings = _explain_low_util(findings)
+    return rank(findings)
+
+
+def rank(findings: list[Finding]) -> list[Finding]:
+    """By severity, then estimated gain; a refining finding just above the one it refines."""
+    by_id = {f.id: f for f in findings}
+
+    def key(f: Finding) -> tuple[tuple[int, float], int]:
+        parent = by_id.get(REFINES.get(f.id, ""))
+        if parent is not None and parent.rank_key() <= f.rank_key():
+            return (parent.rank_key(), 0)
+        return (f.rank_key(), 1)
+
+    return sorted(findings, key=key)
+
+
+def _explain_low_util(findings: list[Finding]) -> list[Finding]:
+    """low-gpu-util is a symptom: name the causes the other rules found."""
+    causes = [f for f in findings if f.id != low_gpu_util.ID and f.severity != "info"]
+    out = []
+    for f in findings:
+        if f.id == low_gpu_util.ID and causes:
+            top = sorted(causes, key=Finding.rank_key)
+            names = ", ".join(c.id for c in top)
+            remedies = tuple(dict.fromkeys(r for c in top for r in c.remedies))
+            f = dataclasses.replace(
+                f, evidence=f"{f.evidence} Likely cause: {names}.", remedies=remedies
+            )
+        out.append(f)
+    return out

@@ -1,0 +1,296 @@
+"""The remedy catalogue: each remedy's text in English and Chinese, the guide section it
+comes from (`../shared/guide/`), a code snippet, and how a rerun could apply it.
+
+Section ids are those of the guide's headings ([dataloader], [transfer], ...). A remedy
+beyond the guide says so (`beyond_guide`).
+"""
+
+from __future__ import annotations
+
+from gpudoctor.model import Remedy
+
+LANGS = ("en", "zh")
+
+GUIDE_SECTIONS = {
+    "monitor": ("Watching the GPU", "监控 GPU"),
+    "batch-size": ("Raise the batch size", "增大批大小"),
+    "dataloader": ("Prefetch with the DataLoader", "使用 DataLoader 预取"),
+    "transfer": ("Avoid the CPU-GPU transfer bottleneck", "避免 CPU-GPU 传输瓶颈"),
+    "amp": ("Mixed precision", "混合精度"),
+    "grad-accum": ("Gradient accumulation", "梯度累积"),
+    "storage": ("Data loading", "数据加载"),
+    "compile": ("torch.compile (PyTorch 2.0+)", "torch.compile（PyTorch 2.0+）"),
+    "cudnn": ("cuDNN autotuning", "cuDNN 自动调优"),
+    "no-grad": ("No gradients for inference", "推理时关闭梯度"),
+    "multi-gpu": ("Several GPUs", "多 GPU"),
+    "profile": ("Profiling", "性能分析"),
+    "common": ("The guide's table of common problems", "常见问题对照表"),
+}
+
+
+def _r(
+    id: str,
+    section: str,
+    title: tuple[str, str],
+    explanation: tuple[str, str],
+    snippet: str,
+    flags: tuple[str, ...] = (),
+    probe_override: str | None = None,
+    beyond_guide: bool = False,
+) -> Remedy:
+    return Remedy(
+        id=id,
+        guide_section=section,
+        title={"en": title[0], "zh": title[1]},
+        explanation={"en": explanation[0], "zh": explanation[1]},
+        snippet=snippet,
+        flags=flags,
+        probe_override=probe_override,
+        beyond_guide=beyond_guide,
+    )
+
+
+CATALOGUE: dict[str, Remedy] = {
+    r.id: r
+    for r in (
+        _r(
+            "more-workers",
+            "dataloader",
+            ("Load batches in parallel worker processes", "用多个 worker 进程并行加载数据"),
+            (
+                "With num_workers=0 the training loop itself loads and transforms every "
+                "batch while the GPU waits. Worker processes prepare the next batches in "
+                "parallel; use about as many as the cores the job may use per rank.",
+                "num_workers=0 时，训练循环自己加载和变换每个批次，GPU 只能等待。"
+                "多个 worker 进程会并行准备后续批次；数量约等于每个进程可用的 CPU 核数。",
+            ),
+            "DataLoader(dataset, batch_size=64, num_workers=4)",
+            flags=("--num-workers", "--num_workers", "--workers", "-j", "--dataloader-workers"),
+            probe_override="dataloader.num_workers",
+        ),
+        _r(
+            "pin-memory",
+            "dataloader",
+            ("Pin host memory for faster copies", "使用锁页内存加速拷贝"),
+            (
+                "Page-locked (pinned) host memory lets the copy to the GPU run by DMA and "
+                "overlap with compute.",
+                "锁页（pinned）内存让到 GPU 的拷贝走 DMA，并能与计算重叠。",
+            ),
+            "DataLoader(dataset, batch_size=64, num_workers=4, pin_memory=True)",
+            flags=("--pin-memory", "--pin_memory"),
+            probe_override="dataloader.pin_memory",
+        ),
+        _r(
+            "prefetch",
+            "dataloader",
+            ("Keep more batches loaded ahead", "让每个 worker 预取更多批次"),
+            (
+                "prefetch_factor batches per worker are loaded ahead; raise it when the "
+                "loading time per batch varies a lot.",
+                "每个 worker 预先加载 prefetch_factor 个批次；单批加载时间波动大时可调高。",
+            ),
+            "DataLoader(dataset, num_workers=4, prefetch_factor=4)",
+            flags=("--prefetch-factor", "--prefetch_factor"),
+            probe_override="dataloader.prefetch_factor",
+        ),
+        _r(
+            "persistent-workers",
+            "dataloader",
+            ("Keep the workers alive between epochs", "在各个 epoch 之间保留 worker 进程"),
+            (
+                "Without persistent_workers the worker processes are started again at "
+                "every epoch, which stalls the first steps of each epoch.",
+                "不设置 persistent_workers 时，每个 epoch 都会重新启动 worker 进程，"
+                "导致每个 epoch 开头的若干步停顿。",
+            ),
+            "DataLoader(dataset, num_workers=4, persistent_workers=True)",
+            probe_override="dataloader.persistent_workers",
+            beyond_guide=True,
+        ),
+        _r(
+            "preprocess-offline",
+            "storage",
+            ("Preprocess once, ahead of training", "提前一次性完成预处理"),
+            (
+                "Run the costly preprocessing once, save the result with torch.save, and "
+                "torch.load it at training time instead of recomputing it every epoch.",
+                "把耗时的预处理只做一次，用 torch.save 保存结果，训练时用 torch.load "
+                "读取，而不是每个 epoch 重复计算。",
+            ),
+            "torch.save(preprocessed, 'train.pt')\ndata = torch.load('train.pt')",
+        ),
+        _r(
+            "memmap",
+            "storage",
+            ("Memory-map very large datasets", "对超大数据集使用内存映射"),
+            (
+                "np.memmap reads only the pages a batch touches, from the page cache when "
+                "they are there, with no parsing.",
+                "np.memmap 只读取批次用到的页，命中页缓存时无需再读盘，也无需解析。",
+            ),
+            'np.memmap("data.bin", dtype="float32", mode="r", shape=(N, D))',
+        ),
+        _r(
+            "local-ssd",
+            "storage",
+            ("Keep the data on a local SSD", "把数据放在本地 SSD 上"),
+            (
+                "Network or slow disks hold the loader back; copy the training data to "
+                "the machine's local data disk first.",
+                "网络盘或慢速磁盘会拖慢数据加载；先把训练数据拷贝到本机数据盘。",
+            ),
+            "cp -r /mnt/shared/datasets/imagenet /root/rivermind-data/datasets/imagenet",
+        ),
+        _r(
+            "fewer-transforms",
+            "storage",
+            ("Do less work per sample on the CPU", "减少每个样本的 CPU 变换开销"),
+            (
+                "The cores are full: more workers cannot help. Move fixed transforms into "
+                "offline preprocessing, or run the augmentation on the GPU.",
+                "CPU 已经跑满，再加 worker 也无济于事。把固定的变换移到离线预处理，"
+                "或把数据增强放到 GPU 上做。",
+            ),
+            "# decode + resize once offline; keep only random crops/flips per sample",
+            beyond_guide=True,
+        ),
+        _r(
+            "defer-sync",
+            "transfer",
+            ("Stop syncing with the GPU every step", "不要每一步都与 GPU 同步"),
+            (
+                "Each .item(), .cpu() or print of a CUDA tensor makes the host wait for the "
+                "GPU. Keep the loss tensors in a list and turn them into numbers once, at "
+                "the end or every N steps.",
+                "每次对 CUDA 张量调用 .item()、.cpu() 或打印，主机都要等待 GPU。"
+                "把 loss 张量放进列表，最后（或每 N 步）再统一转成数值。",
+            ),
+            "losses.append(loss.detach())\nif step % 100 == 0:\n    print(torch.stack(losses).mean().item()); losses.clear()",
+        ),
+        _r(
+            "non-blocking",
+            "transfer",
+            ("Copy batches asynchronously", "异步拷贝批次数据"),
+            (
+                "Move data to the GPU once, asynchronously, from pinned memory: the copy "
+                "overlaps with compute.",
+                "从锁页内存异步地把数据一次性拷到 GPU，拷贝与计算重叠。",
+            ),
+            "x = x.to(device, non_blocking=True)",
+        ),
+        _r(
+            "larger-batch",
+            "batch-size",
+            ("Raise the batch size", "增大批大小"),
+            (
+                "Use the largest batch size that fits in GPU memory: try 16, 32, 64, 128, "
+                "256 ... one step each, stop at the first out-of-memory error (adjust the "
+                "learning rate with it).",
+                "使用显存能容纳的最大批大小：依次尝试 16、32、64、128、256……每个跑一步，"
+                "遇到第一次显存不足就停止（同时相应调整学习率）。",
+            ),
+            "DataLoader(dataset, batch_size=256)",
+            flags=("--batch-size", "--batch_size", "--bs", "-b"),
+        ),
+        _r(
+            "smaller-batch",
+            "common",
+            ("Lower the batch size", "减小批大小"),
+            (
+                "The job ran out of memory: halve the batch size (and keep the effective "
+                "batch with gradient accumulation).",
+                "任务显存不足：把批大小减半（可配合梯度累积保持等效批大小）。",
+            ),
+            "DataLoader(dataset, batch_size=32)",
+            flags=("--batch-size", "--batch_size", "--bs", "-b"),
+        ),
+        _r(
+            "amp",
+            "amp",
+            ("Use mixed precision (autocast)", "使用混合精度（autocast）"),
+            (
+                "FP16/BF16 cuts memory use and speeds up math on tensor cores: run forward "
+                "and loss under autocast and scale the loss with GradScaler.",
+                "FP16/BF16 能减少显存占用并利用 Tensor Core 加速计算：在 autocast 下运行"
+                "前向和 loss，并用 GradScaler 缩放 loss。",
+            ),
+            "with torch.autocast('cuda', dtype=torch.float16):\n    loss = criterion(model(x), y)\n"
+            "scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()",
+            flags=("--amp", "--fp16", "--bf16", "--mixed-precision"),
+        ),
+        _r(
+            "grad-accum",
+            "grad-accum",
+            ("Accumulate gradients over several steps", "梯度累积"),
+            (
+                "When memory cannot hold a large batch: divide the loss by "
+                "accumulation_steps, call backward() every step and step the optimizer "
+                "every accumulation_steps steps.",
+                "显存放不下大批次时：loss 除以 accumulation_steps，每步都 backward()，"
+                "每 accumulation_steps 步才调用一次 optimizer.step() 和 zero_grad()。",
+            ),
+            "(loss / accum).backward()\nif (i + 1) % accum == 0:\n    optimizer.step(); optimizer.zero_grad()",
+            flags=("--grad-accum", "--gradient-accumulation-steps", "--accum-steps"),
+        ),
+        _r(
+            "torch-compile",
+            "compile",
+            ("Compile the model", "编译模型"),
+            (
+                "torch.compile fuses many small operations into fewer kernels; it pays "
+                "most when a step is many short operations. Measure it with a rerun.",
+                "torch.compile 会把许多小算子融合成更少的内核；一步由大量短算子组成时收益最大。"
+                "请通过重跑实测效果。",
+            ),
+            "model = torch.compile(model)",
+            flags=("--compile", "--torch-compile"),
+        ),
+        _r(
+            "cudnn-benchmark",
+            "cudnn",
+            ("Let cuDNN pick the fastest convolutions", "让 cuDNN 自动选择最快的卷积算法"),
+            (
+                "With fixed input shapes, cuDNN autotuning finds the fastest convolution "
+                "algorithm once and reuses it.",
+                "输入尺寸固定时，cuDNN 自动调优只需搜索一次最快的卷积算法并反复使用。",
+            ),
+            "torch.backends.cudnn.benchmark = True",
+            flags=("--cudnn-benchmark", "--benchmark"),
+            probe_override="cudnn.benchmark",
+        ),
+        _r(
+            "no-grad",
+            "no-grad",
+            ("Run inference without gradients", "推理时关闭梯度计算"),
+            (
+                "Without torch.no_grad() every forward keeps its activations for a backward "
+                "that never runs: more memory, more time.",
+                "不使用 torch.no_grad() 时，每次前向都会为永远不会执行的反向保存激活值，"
+                "浪费显存和时间。",
+            ),
+            "with torch.no_grad():\n    out = model(x)",
+        ),
+        _r(
+            "ddp",
+            "multi-gpu",
+            ("Use DistributedDataParallel", "改用 DistributedDataParallel"),
+            (
+                "DataParallel runs one process that re-copies the model to every GPU each "
+                "step; DistributedDataParallel runs one process per GPU and is the "
+                "recommended way, even on one machine.",
+                "DataParallel 单进程、每步都把模型复制到各个 GPU；DistributedDataParallel "
+                "每个 GPU 一个进程，即使在单机上也是推荐做法。",
+            ),
+            'dist.init_process_group("nccl")\nmodel = DDP(model, device_ids=[local_rank])\n'
+            "# launch: torchrun --nproc_per_node=N train.py",
+        ),
+    )
+}
+
+REMEDY_IDS = tuple(CATALOGUE)
+
+
+def section_title(section: str, lang: str) -> str:
+    en, zh = GUIDE_SECTIONS.get(section, (section, section))
+    return zh if lang == "zh" else en

@@ -1,0 +1,1 @@
+"""One rule per module: `evaluate(window) -> Finding | None`, thresholds named and cited."""

@@ -1,0 +1,39 @@
+"""cpu-saturated: input-bound and the job already uses every core it may use."""
+
+from __future__ import annotations
+
+from gpudoctor.diagnosis.rules.input_bound import is_input_bound
+from gpudoctor.diagnosis.window import Window
+from gpudoctor.model import Finding
+
+# DESIGN.md section 4: the job's processes use more than 90% of the allowed cores.
+# (No external anchor: more workers cannot help once the cores are full.)
+SATURATED_FRACTION = 0.90
+MIN_SAMPLES = 3
+
+ID = "cpu-saturated"
+
+
+def evaluate(w: Window) -> Finding | None:
+    if not is_input_bound(w):
+        return None
+    hosts = w.steady_host
+    if len(hosts) < MIN_SAMPLES:
+        return None
+    allowed = hosts[-1].cores_allowed
+    shares = sorted(max(h.job_cpu_cores, h.cpu_pct / 100 * len(h.cpu_pct_per_core)) for h in hosts)
+    median_cores = shares[len(shares) // 2]
+    if median_cores / allowed <= SATURATED_FRACTION:
+        return None
+    return Finding(
+        id=ID,
+        severity="high" if w.data_wait_fraction > 0.4 else "medium",
+        title="The CPU cannot prepare batches any faster",
+        evidence=(
+            f"{w.data_wait_fraction:.0%} of each step waits for data while the job keeps "
+            f"{median_cores:.1f} of {allowed} allowed cores busy (median): more workers "
+            "cannot help, less work per sample can."
+        ),
+        remedies=("preprocess-offline", "fewer-transforms"),
+        estimated_gain=round(w.data_wait_fraction, 3),
+    )

@@ -1,0 +1,88 @@
+"""input-bound: the step waits for its input (DataLoader, or hand-written input code)."""
+
+from __future__ import annotations
+
+from gpudoctor.diagnosis.window import Window
+from gpudoctor.model import Finding, Severity
+
+# PyTorch profiler TensorBoard plugin (tb_plugin, removed): DataLoader time above 5% of
+# the step is worth a recommendation. The medium and high bands have no published
+# anchor; they are this project's, and the A/B rerun decides.
+LOW_FRACTION = 0.05
+MEDIUM_FRACTION = 0.20
+HIGH_FRACTION = 0.40
+MIN_STEPS = 5
+
+ID = "input-bound"
+
+
+def severity_of(fraction: float) -> Severity | None:
+    if fraction > HIGH_FRACTION:
+        return "high"
+    if fraction > MEDIUM_FRACTION:
+        return "medium"
+    if fraction > LOW_FRACTION:
+        return "low"
+    return None
+
+
+def is_input_bound(w: Window) -> bool:
+    return len(w.steady_steps) >= MIN_STEPS and w.data_wait_fraction > LOW_FRACTION
+
+
+def evaluate(w: Window) -> Finding | None:
+    if len(w.steady_steps) < MIN_STEPS:
+        return None
+    fraction = w.data_wait_fraction
+    severity = severity_of(fraction)
+    if severity is None:
+        return None
+    wait_ms = fraction * w.step_median_ms
+    loaders = w.facts.get("dataloaders") or []
+    if w.uses_dataloader:
+        where = "waits for the DataLoader"
+        loader = loaders[0] if loaders else {}
+        workers = loader.get("num_workers")
+        detail = f"num_workers={workers}" if workers is not None else "DataLoader settings unknown"
+        remedies = _dataloader_remedies(w, loader)
+    else:
+        where = "is host time outside the model (hand-written input code, no DataLoader)"
+        detail = "no DataLoader in use"
+        remedies = ("preprocess-offline", "more-workers", "memmap", "local-ssd")
+    busy = _cores_busy(w)
+    evidence = (
+        f"{fraction:.0%} of each step {where}: about {wait_ms:.1f} ms of a "
+        f"{w.step_median_ms:.1f} ms median step; {detail}{busy}."
+    )
+    return Finding(
+        id=ID,
+        severity=severity,
+        title="Training waits for input data",
+        evidence=evidence,
+        remedies=remedies,
+        estimated_gain=round(fraction, 3),
+    )
+
+
+def _dataloader_remedies(w: Window, loader: dict[str, object]) -> tuple[str, ...]:
+    order = ["more-workers", "pin-memory", "prefetch", "persistent-workers"]
+    workers = int(loader.get("num_workers") or 0)  # type: ignore[call-overload]
+    if w.steady_host and workers >= w.steady_host[-1].cores_allowed:
+        order.remove("more-workers")  # a worker per core already: more cannot help
+    if loader.get("pin_memory") or w.device_type != "cuda":
+        order.remove("pin-memory")
+    if not loader.get("num_workers"):  # prefetching and keeping workers need workers
+        order.remove("prefetch")
+        order.remove("persistent-workers")
+    elif loader.get("persistent_workers"):
+        order.remove("persistent-workers")
+    return (*order, "preprocess-offline", "memmap", "local-ssd")
+
+
+def _cores_busy(w: Window) -> str:
+    hosts = w.steady_host
+    if not hosts:
+        return ""
+    used = sorted(h.job_cpu_cores for h in hosts)[len(hosts) // 2]
+    allowed = hosts[-1].cores_allowed
+    return f"; the job keeps {used:.1f} of {allowed} cores busy"

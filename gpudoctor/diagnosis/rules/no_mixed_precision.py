@@ -1,0 +1,37 @@
+"""no-mixed-precision: float32 math on a GPU with tensor cores, autocast never on."""
+
+from __future__ import annotations
+
+from gpudoctor.diagnosis.window import Window
+from gpudoctor.model import Finding
+
+# Tensor cores for fp16 arrive with compute capability 7.0 (Volta); the profiler
+# plugin recommended AMP whenever it saw none on such a GPU.
+MIN_CAPABILITY = (7, 0)
+MIN_FORWARDS = 20
+
+ID = "no-mixed-precision"
+
+
+def evaluate(w: Window) -> Finding | None:
+    f = w.facts
+    if w.device_type != "cuda" or f.get("param_dtype") != "float32":
+        return None
+    if int(f.get("forwards", 0)) < MIN_FORWARDS or int(f.get("forwards_autocast", 0)) > 0:
+        return None
+    capability = tuple(f.get("cuda_capability") or ())
+    if not capability:
+        capability = next((g.compute_capability for g in w.gpus if g.compute_capability), ())
+    if not capability or capability < MIN_CAPABILITY:
+        return None
+    name = f.get("cuda_device_name") or next((g.name for g in w.gpus), "this GPU")
+    return Finding(
+        id=ID,
+        severity="medium",
+        title="Mixed precision is off",
+        evidence=(
+            f"{f.get('forwards')} forward passes in float32 with autocast never active on "
+            f"{name} (compute capability {capability[0]}.{capability[1]}, tensor cores)."
+        ),
+        remedies=("amp",),
+    )

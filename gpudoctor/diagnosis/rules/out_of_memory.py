@@ -1,0 +1,30 @@
+"""out-of-memory: the job died of an out-of-memory error."""
+
+from __future__ import annotations
+
+from gpudoctor.diagnosis.window import Window
+from gpudoctor.model import Finding
+
+ID = "out-of-memory"
+
+
+def evaluate(w: Window) -> Finding | None:
+    oom_end = next((e for e in w.ends.values() if e.get("oom")), None)
+    died_of_oom = w.exit is not None and w.exit.ended_by == "oom"
+    if oom_end is None and not died_of_oom:
+        return None
+    message = (oom_end or {}).get("exception_message") or (
+        w.exit.exception_message if w.exit else None
+    )
+    kind = (oom_end or {}).get("exception_type") or (w.exit.exception_type if w.exit else None)
+    first_line = (message or "").strip().splitlines()[0][:160] if message else ""
+    return Finding(
+        id=ID,
+        severity="high",
+        title="The job ran out of memory",
+        evidence=(
+            f"The job died of {kind or 'an out-of-memory error'} after {len(w.steps)} steps"
+            + (f": {first_line}" if first_line else ".")
+        ),
+        remedies=("smaller-batch", "amp", "grad-accum"),
+    )

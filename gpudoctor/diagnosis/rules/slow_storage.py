@@ -1,0 +1,48 @@
+"""slow-storage: input-bound while the disk holds the loader back."""
+
+from __future__ import annotations
+
+from gpudoctor.diagnosis.rules.input_bound import is_input_bound
+from gpudoctor.diagnosis.window import Window
+from gpudoctor.model import Finding
+
+# SageMaker Debugger IOBottleneck rule: iowait above io_threshold=50% in more than
+# threshold=50% of the data points.
+IOWAIT_PCT = 50.0
+SAMPLE_FRACTION = 0.5
+# No published anchor: loader processes seen in uninterruptible disk sleep in at least
+# this share of samples. This project's choice; the A/B rerun decides.
+DISK_SLEEP_FRACTION = 0.3
+MIN_SAMPLES = 3
+
+ID = "slow-storage"
+
+
+def evaluate(w: Window) -> Finding | None:
+    if not is_input_bound(w):
+        return None
+    hosts = [h for h in w.steady_host if h.iowait_pct is not None]
+    if len(hosts) < MIN_SAMPLES:
+        return None
+    high_iowait = sum(1 for h in hosts if (h.iowait_pct or 0.0) > IOWAIT_PCT) / len(hosts)
+    sleeping = sum(1 for h in hosts if any(p.status == "disk-sleep" for p in h.job)) / len(hosts)
+    if high_iowait <= SAMPLE_FRACTION and sleeping < DISK_SLEEP_FRACTION:
+        return None
+    read_mb = sorted(h.disk_read_bytes_per_s for h in hosts)[len(hosts) // 2] / 1e6
+    signs = []
+    if high_iowait > SAMPLE_FRACTION:
+        signs.append(f"iowait above {IOWAIT_PCT:.0f}% in {high_iowait:.0%} of samples")
+    if sleeping >= DISK_SLEEP_FRACTION:
+        signs.append(f"the job's processes in disk sleep in {sleeping:.0%} of samples")
+    evidence = (
+        f"{w.data_wait_fraction:.0%} of each step waits for data with "
+        f"{' and '.join(signs)}, reading {read_mb:.1f} MB/s from disk."
+    )
+    return Finding(
+        id=ID,
+        severity="high" if w.data_wait_fraction > 0.4 else "medium",
+        title="Storage is too slow for the input pipeline",
+        evidence=evidence,
+        remedies=("local-ssd", "preprocess-offline", "memmap"),
+        estimated_gain=round(w.data_wait_fraction, 3),
+    )

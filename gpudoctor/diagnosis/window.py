@@ -1,0 +1,140 @@
+"""The input of diagnosis: a window of one run, and the measures the rules share.
+
+Pure: built from plain values, no I/O. The rules read these measures rather than
+recompute them, so two rules never disagree on what "data wait" means.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from gpudoctor.model import GpuSample, HostSample, JobExit, StepRecord
+
+# Steps before this are warm-up (allocator growth, cuDNN autotuning, worker start-up,
+# compilation): excluded from the step measures. Whole runs shorter than
+# 2 * WARMUP_STEPS keep their second half.
+WARMUP_STEPS = 5
+# GPU samples during the first seconds of a job are start-up (loading, CUDA init).
+WARMUP_SECONDS = 5.0
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile, q in [0, 100]."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    k = max(0, min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1))))
+    return ordered[k]
+
+
+@dataclass(frozen=True)
+class Window:
+    steps: tuple[StepRecord, ...] = ()
+    steps_by_pid: dict[int, tuple[StepRecord, ...]] = field(default_factory=dict)
+    facts: dict[str, Any] = field(default_factory=dict)
+    facts_by_pid: dict[int, dict[str, Any]] = field(default_factory=dict)
+    host: tuple[HostSample, ...] = ()
+    gpus: tuple[GpuSample, ...] = ()
+    gauges: tuple[dict[str, Any], ...] = ()
+    exit: JobExit | None = None
+    ends: dict[int, dict[str, Any]] = field(default_factory=dict)
+    job_pids: frozenset[int] = frozenset()
+    start_mono_ns: int = 0
+
+    # -- steps -------------------------------------------------------------------------
+
+    @cached_property
+    def steady_steps(self) -> tuple[StepRecord, ...]:
+        steps = self.steps
+        if len(steps) >= 2 * WARMUP_STEPS:
+            return steps[WARMUP_STEPS:]
+        return steps[len(steps) // 2 :]
+
+    @cached_property
+    def step_wall_s(self) -> float:
+        return sum(s.wall_ns for s in self.steady_steps) / 1e9
+
+    @cached_property
+    def step_median_ms(self) -> float:
+        walls = [s.wall_ns / 1e6 for s in self.steady_steps]
+        return statistics.median(walls) if walls else 0.0
+
+    @cached_property
+    def uses_dataloader(self) -> bool:
+        return any(s.loader_ns > 0 for s in self.steady_steps)
+
+    @cached_property
+    def data_wait_fraction(self) -> float:
+        """Share of step time waiting for input: inside DataLoader `__next__`, or for a
+        job with no DataLoader, host time between a step's end and the next forward."""
+        wall = sum(s.wall_ns for s in self.steady_steps)
+        if wall <= 0:
+            return 0.0
+        if self.uses_dataloader:
+            wait = sum(s.loader_ns for s in self.steady_steps)
+        else:
+            wait = sum(s.outside_ns for s in self.steady_steps)
+        return min(1.0, wait / wall)
+
+    def split(self) -> dict[str, float]:
+        """Where a step goes, as fractions of step time."""
+        steps = self.steady_steps
+        wall = sum(s.wall_ns for s in steps)
+        if wall <= 0:
+            return {}
+        parts = {
+            "data_wait": self.data_wait_fraction,
+            "forward": sum(s.forward_ns for s in steps) / wall,
+            "backward": sum(s.backward_ns for s in steps) / wall,
+            "optimizer": sum(s.optimizer_ns for s in steps) / wall,
+        }
+        parts["other"] = max(0.0, 1.0 - sum(parts.values()))
+        return parts
+
+    @cached_property
+    def syncs_per_step(self) -> float:
+        steps = self.steady_steps
+        return sum(s.syncs for s in steps) / len(steps) if steps else 0.0
+
+    @cached_property
+    def pageable_copies_per_step(self) -> float:
+        steps = self.steady_steps
+        return sum(s.pageable_copies for s in steps) / len(steps) if steps else 0.0
+
+    # -- host and GPU --------------------------------------------------------------------
+
+    @cached_property
+    def steady_host(self) -> tuple[HostSample, ...]:
+        """Host samples while the job was stepping (after its warm-up)."""
+        steps = self.steady_steps
+        if not steps:
+            return self.host
+        t0 = steps[0].t_end_mono_ns - steps[0].wall_ns
+        t1 = steps[-1].t_end_mono_ns
+        inside = tuple(h for h in self.host if t0 <= h.t_mono_ns <= t1 + 1_000_000_000)
+        return inside or self.host
+
+    @cached_property
+    def steady_gpus(self) -> tuple[GpuSample, ...]:
+        t0 = self.start_mono_ns + int(WARMUP_SECONDS * 1e9)
+        if self.steps:
+            t0 = max(t0, self.steady_steps[0].t_end_mono_ns - self.steady_steps[0].wall_ns)
+        steady = tuple(g for g in self.gpus if g.t_mono_ns >= t0)
+        return steady
+
+    @cached_property
+    def job_gpu_indices(self) -> frozenset[int]:
+        """The GPUs the job's processes hold memory on (all GPUs when none is known)."""
+        used = {g.index for g in self.gpus for p in g.processes if p.pid in self.job_pids}
+        return frozenset(used) if used else frozenset(g.index for g in self.gpus)
+
+    def job_gpu_samples(self) -> tuple[GpuSample, ...]:
+        return tuple(g for g in self.steady_gpus if g.index in self.job_gpu_indices)
+
+    @cached_property
+    def device_type(self) -> str:
+        device = str(self.facts.get("device", "cpu"))
+        return device.split(":")[0]

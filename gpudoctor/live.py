@@ -1,0 +1,37 @@
+"""What a run looks like right now: the recent steps, host and GPU, as one line."""
+
+from __future__ import annotations
+
+import statistics
+
+from gpudoctor.timeline import Timeline
+
+RECENT_S = 5.0
+
+
+def status_line(timeline: Timeline) -> str:
+    elapsed = timeline.duration_s()
+    steps = timeline.main_steps()
+    parts = [f"steps {len(steps)}"]
+    if steps:
+        cutoff = steps[-1].t_end_mono_ns - int(RECENT_S * 1e9)
+        recent = [s for s in steps[-500:] if s.t_end_mono_ns >= cutoff] or steps[-1:]
+        wall = sum(s.wall_ns for s in recent)
+        median_ms = statistics.median(s.wall_ns for s in recent) / 1e6
+        loader = sum(s.loader_ns for s in recent)
+        wait = loader if loader else sum(s.outside_ns for s in recent)
+        parts.append(f"step {median_ms:.1f} ms")
+        if wall:
+            parts.append(f"{len(recent) / (wall / 1e9):.1f}/s")
+            parts.append(f"data wait {wait / wall:.0%}")
+    if timeline.gpus:
+        last_t = timeline.gpus[-1].t_mono_ns
+        utils = [g.util_gpu_pct for g in timeline.gpus if g.t_mono_ns == last_t]
+        shown = " ".join(f"{u}%" if u is not None else "n/a" for u in utils)
+        parts.append(f"GPU {shown}")
+    else:
+        parts.append("GPU n/a")
+    if timeline.host:
+        h = timeline.host[-1]
+        parts.append(f"CPU {h.cpu_pct:.0f}% (job {h.job_cpu_cores:.1f} cores)")
+    return f"[gpudoctor {elapsed:4.0f}s] " + " · ".join(parts)

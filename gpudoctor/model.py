@@ -1,0 +1,155 @@
+"""Plain values shared by every layer: samples, steps, facts, findings.
+
+Units are in the field names; ``None`` means "not available" (the device or the
+platform does not report it), never zero.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Severity = Literal["high", "medium", "low", "info"]
+EndedBy = Literal["exit", "signal", "oom", "exception", "max-seconds"]
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    pid: int
+    mem_used_bytes: int | None
+    sm_util_pct: int | None
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    t_mono_ns: int
+    index: int
+    name: str
+    uuid: str | None
+    util_gpu_pct: int | None
+    util_mem_pct: int | None
+    mem_used_bytes: int | None
+    mem_total_bytes: int | None
+    power_w: float | None
+    power_limit_w: float | None
+    temp_c: int | None
+    fan_pct: int | None
+    sm_clock_mhz: int | None
+    mem_clock_mhz: int | None
+    pcie_rx_bytes_per_s: int | None
+    pcie_tx_bytes_per_s: int | None
+    clock_event_reasons: tuple[str, ...] | None
+    compute_capability: tuple[int, int] | None
+    processes: tuple[GpuProcess, ...] = ()
+
+
+@dataclass(frozen=True)
+class ProcSample:
+    """One process of the job's tree."""
+
+    pid: int
+    ppid: int
+    name: str
+    role: str  # "main" | "worker" | "child"
+    cpu_pct: float  # of one core
+    rss_bytes: int
+    read_bytes_per_s: float | None
+    write_bytes_per_s: float | None
+    status: str  # psutil status: running, sleeping, disk-sleep, ...
+    num_threads: int
+
+
+@dataclass(frozen=True)
+class HostSample:
+    t_mono_ns: int
+    cpu_pct_per_core: tuple[float, ...]
+    iowait_pct: float | None
+    load_1m: float
+    mem_used_bytes: int
+    mem_total_bytes: int
+    swap_used_bytes: int
+    swap_total_bytes: int
+    disk_read_bytes_per_s: float
+    disk_write_bytes_per_s: float
+    net_rx_bytes_per_s: float
+    net_tx_bytes_per_s: float
+    cores_allowed: int
+    job: tuple[ProcSample, ...] = ()
+
+    @property
+    def cpu_pct(self) -> float:
+        cores = self.cpu_pct_per_core
+        return sum(cores) / len(cores) if cores else 0.0
+
+    @property
+    def job_cpu_cores(self) -> float:
+        """Cores' worth of CPU the job's whole process tree used."""
+        return sum(p.cpu_pct for p in self.job) / 100.0
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One training step as the probe saw it (times in nanoseconds)."""
+
+    pid: int
+    index: int
+    t_end_mono_ns: int
+    wall_ns: int
+    loader_ns: int  # inside DataLoader __next__
+    outside_ns: int  # host time between the end of a step and the next model call
+    forward_ns: int
+    backward_ns: int
+    optimizer_ns: int
+    forwards: int  # root-module forward calls in this step
+    batch_size: int | None
+    syncs: int  # host syncs on CUDA tensors
+    pageable_copies: int  # host-to-device copies from unpinned memory or blocking
+    cuda_mem_allocated_bytes: int | None = None
+    cuda_mem_reserved_bytes: int | None = None
+    cuda_alloc_retries: int | None = None
+
+
+@dataclass(frozen=True)
+class JobFacts:
+    """What the probe audited in one process of the job (merged over its life)."""
+
+    pid: int
+    values: dict[str, Any] = field(default_factory=dict)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key, default)
+
+
+@dataclass(frozen=True)
+class JobExit:
+    exit_code: int | None
+    ended_by: EndedBy
+    signal: int | None = None
+    exception_type: str | None = None
+    exception_message: str | None = None
+
+
+@dataclass(frozen=True)
+class Finding:
+    id: str
+    severity: Severity
+    title: str
+    evidence: str
+    remedies: tuple[str, ...] = ()
+    estimated_gain: float | None = None
+
+    def rank_key(self) -> tuple[int, float]:
+        order = {"high": 0, "medium": 1, "low": 2, "info": 3}
+        return (order[self.severity], -(self.estimated_gain or 0.0))
+
+
+@dataclass(frozen=True)
+class Remedy:
+    id: str
+    guide_section: str
+    title: dict[str, str]
+    explanation: dict[str, str]
+    snippet: str
+    flags: tuple[str, ...] = ()  # script flags that apply it, when the script has one
+    probe_override: str | None = None  # how the probe can apply it in-process
+    beyond_guide: bool = False

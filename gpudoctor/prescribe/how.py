@@ -1,0 +1,73 @@
+"""How a remedy would be applied to this job: through the script's own flag when the
+probe saw one that fits, else by an edit (shown with its snippet)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpudoctor.diagnosis.remedies import CATALOGUE
+
+# Cap on suggested DataLoader workers per rank: past ~8 the returns fall off and each
+# worker holds a copy of the dataset object (PyTorch DataLoader docs warn on memory).
+MAX_WORKERS = 8
+
+
+def script_flag(remedy_id: str, facts: dict[str, Any]) -> tuple[str, Any] | None:
+    """The script's own option that applies this remedy, with its current value."""
+    options: dict[str, Any] = facts.get("script_options") or {}
+    remedy = CATALOGUE[remedy_id]
+    for flag in remedy.flags:
+        for option in options.values():
+            if flag in option.get("strings", ()):
+                return flag, option.get("value")
+    return None
+
+
+def suggested_workers(facts: dict[str, Any], cores_allowed: int) -> int:
+    world = int(facts.get("world_size") or 1)
+    return max(2, min(MAX_WORKERS, cores_allowed // max(world, 1)))
+
+
+def suggested_value(remedy_id: str, facts: dict[str, Any], cores_allowed: int, current: Any) -> Any:
+    if remedy_id == "more-workers":
+        return suggested_workers(facts, cores_allowed)
+    if remedy_id in ("larger-batch", "smaller-batch") and isinstance(current, int) and current > 0:
+        return current * 2 if remedy_id == "larger-batch" else max(1, current // 2)
+    if remedy_id == "prefetch":
+        return 4
+    return None
+
+
+def how(remedy_id: str, facts: dict[str, Any], cores_allowed: int, lang: str = "en") -> str:
+    remedy = CATALOGUE[remedy_id]
+    found = script_flag(remedy_id, facts)
+    if remedy_id == "more-workers" and not facts.get("dataloaders"):
+        found = None  # a workers flag does nothing for input code outside a DataLoader
+    if found is not None:
+        flag, current = found
+        value = suggested_value(remedy_id, facts, cores_allowed, current)
+        if isinstance(current, bool) or value is None:
+            if lang == "zh":
+                return f"脚本已有 {flag} 选项（当前 {current!r}）：运行时加上 {flag}。"
+            return f"Your script has {flag} (now {current!r}): run it with {flag}."
+        if lang == "zh":
+            return f"脚本已有 {flag} 选项（当前 {current!r}）：改为 {flag} {value} 运行。"
+        return f"Your script has {flag} (now {current!r}): run it with {flag} {value}."
+    snippet = remedy.snippet.splitlines()[0]
+    if remedy_id == "more-workers":
+        loaders = facts.get("dataloaders") or []
+        n = suggested_workers(facts, cores_allowed)
+        if loaders:
+            now = loaders[0].get("num_workers")
+            if lang == "zh":
+                return f"修改 DataLoader：num_workers={now} 改为 num_workers={n}（可用 {cores_allowed} 核）。"
+            return (
+                f"Edit the DataLoader: num_workers={now} -> num_workers={n} "
+                f"({cores_allowed} cores allowed)."
+            )
+        if lang == "zh":
+            return f"改用 DataLoader 并设置 num_workers={n}：{snippet}"
+        return f"Move the input code into a Dataset and use DataLoader(..., num_workers={n})."
+    if lang == "zh":
+        return f"手动修改：{snippet}"
+    return f"By hand: {snippet}"

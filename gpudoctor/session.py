@@ -1,0 +1,237 @@
+"""One run under the doctor: launches the job with the probe, pumps GPU, host and probe
+samples into the timeline and the store, and records how the job ended.
+
+The job inherits the terminal (or writes to a log file): never a pipe the doctor owns,
+so the job's next print cannot fail if the doctor dies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+from gpudoctor.model import EndedBy, JobExit
+from gpudoctor.probe import ENV_SOCKET
+from gpudoctor.sources.host import HostReader
+from gpudoctor.sources.nvml import NvmlReader
+from gpudoctor.sources.probe_server import ProbeServer
+from gpudoctor.store import Store, encode
+from gpudoctor.timeline import Timeline
+
+BOOT_DIR = Path(__file__).resolve().parent / "probe" / "boot"
+# --max-seconds: SIGINT first (Python jobs unwind and flush), then these escalations.
+STOP_ESCALATION_S = ((10.0, signal.SIGTERM), (15.0, signal.SIGKILL))
+
+
+class LaunchError(Exception):
+    def __init__(self, exit_code: int, message: str) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def probe_env(socket_path: str, base: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    existing = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = str(BOOT_DIR) + (os.pathsep + existing if existing else "")
+    env[ENV_SOCKET] = socket_path
+    return env
+
+
+class Session:
+    def __init__(
+        self,
+        command: list[str],
+        store: Store,
+        interval_s: float = 1.0,
+        max_seconds: float | None = None,
+        nvml: NvmlReader | None = None,
+        output: IO[Any] | None = None,
+    ) -> None:
+        self.command = command
+        self.store = store
+        self.interval_s = interval_s
+        self.max_seconds = max_seconds
+        self.nvml = nvml if nvml is not None else NvmlReader()
+        self.output = output
+        self.timeline = Timeline(
+            command, time.time(), time.monotonic_ns(), gpu_reason=self.nvml.reason
+        )
+        self.session_id: int | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._dir = tempfile.mkdtemp(prefix="gpudoctor-")
+        self.server = ProbeServer(os.path.join(self._dir, "probe.sock"))
+        self.host: HostReader | None = None
+        self._stop_started: float | None = None
+        self._stop_reason: EndedBy | None = None
+        self._escalation = 0
+
+    # -- launch ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        try:
+            self.proc = subprocess.Popen(
+                self.command,
+                env=probe_env(self.server.path),
+                stdin=None,
+                stdout=self.output,
+                stderr=self.output,
+            )
+        except FileNotFoundError:
+            self.close()
+            raise LaunchError(127, f"command not found: {self.command[0]}") from None
+        except PermissionError:
+            self.close()
+            raise LaunchError(126, f"permission denied: {self.command[0]}") from None
+        except OSError as exc:
+            self.close()
+            raise LaunchError(126, f"cannot run {self.command[0]}: {exc.strerror}") from None
+        self.host = HostReader(self.proc.pid)
+        self.session_id = self.store.create_session(self.timeline, os.getcwd(), self.proc.pid)
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def run(self, on_tick: Callable[[Timeline], None] | None = None) -> JobExit:
+        assert self.proc is not None and self.session_id is not None
+        proc = self.proc
+        selector = selectors.DefaultSelector()
+        selector.register(self.server, selectors.EVENT_READ, "probe")
+        pidfd = _pidfd(proc.pid)
+        if pidfd is not None:
+            selector.register(pidfd, selectors.EVENT_READ, "exit")
+        started = time.monotonic()
+        next_tick = started + self.interval_s
+        try:
+            while proc.poll() is None:
+                now = time.monotonic()
+                timeout = max(0.0, next_tick - now)
+                if pidfd is None:
+                    timeout = min(timeout, 0.1)
+                for key, _ in selector.select(timeout):
+                    if key.data == "probe":
+                        self._drain()
+                now = time.monotonic()
+                if now >= next_tick:
+                    self._tick()
+                    if on_tick is not None:
+                        on_tick(self.timeline)
+                    next_tick = max(next_tick + self.interval_s, now + self.interval_s / 2)
+                if self.max_seconds is not None and now - started >= self.max_seconds:
+                    self.stop("max-seconds")
+                self._escalate()
+            proc.wait()
+            self._drain()
+        finally:
+            selector.close()
+            if pidfd is not None:
+                os.close(pidfd)
+        return self._finish(proc.returncode)
+
+    def _drain(self) -> None:
+        assert self.session_id is not None
+        for message in self.server.drain():
+            self.timeline.ingest_probe(message)
+            self.store.add(self.session_id, "probe", time.monotonic_ns(), message)
+
+    def _tick(self) -> None:
+        assert self.session_id is not None and self.host is not None
+        self.host.step_pids = set(self.timeline.steps)
+        host = self.host.read()
+        self.timeline.host.append(host)
+        self.store.add(self.session_id, "host", host.t_mono_ns, encode(host))
+        gpus = self.nvml.read()
+        if gpus:
+            self.timeline.gpus.extend(gpus)
+            self.store.add(self.session_id, "gpu", gpus[0].t_mono_ns, [encode(g) for g in gpus])
+        self.store.commit()
+
+    # -- stopping -------------------------------------------------------------------------
+
+    def stop(self, reason: EndedBy = "max-seconds") -> None:
+        """Ask the job to stop: SIGINT now, SIGTERM and SIGKILL later if it lingers."""
+        if self._stop_started is not None or self.proc is None or self.proc.poll() is not None:
+            return
+        self._stop_started = time.monotonic()
+        self._stop_reason = reason
+        self.signal_job(signal.SIGINT)
+
+    def signal_job(self, sig: int) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(sig)
+
+    def _escalate(self) -> None:
+        if self._stop_started is None or self._escalation >= len(STOP_ESCALATION_S):
+            return
+        after, sig = STOP_ESCALATION_S[self._escalation]
+        if time.monotonic() - self._stop_started >= after:
+            self._escalation += 1
+            self.signal_job(sig)
+
+    def _finish(self, returncode: int) -> JobExit:
+        assert self.session_id is not None
+        self.timeline.end_mono_ns = time.monotonic_ns()
+        self.timeline.bad_messages = self.server.bad_messages
+        if self.server.bad_messages:
+            self.store.add(
+                self.session_id, "bad_messages", time.monotonic_ns(), self.server.bad_messages
+            )
+        job_exit = classify_exit(
+            returncode, self.timeline.ends, self.timeline.main_pid(), self._stop_reason
+        )
+        self.timeline.exit = job_exit
+        return job_exit
+
+    def close(self) -> None:
+        self.server.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def classify_exit(
+    returncode: int,
+    ends: dict[int, dict[str, Any]],
+    main_pid: int | None,
+    stop_reason: EndedBy | None,
+) -> JobExit:
+    sig = -returncode if returncode < 0 else None
+    exit_code = 128 + sig if sig else returncode
+    end = ends.get(main_pid) if main_pid is not None else None
+    failed = [e for e in ends.values() if e.get("exception_type")]
+    end = end if end and end.get("exception_type") else (failed[0] if failed else None)
+    ended_by: EndedBy
+    if stop_reason is not None:
+        ended_by = stop_reason
+    elif any(e.get("oom") for e in ends.values()):
+        ended_by = "oom"
+        end = next(e for e in ends.values() if e.get("oom"))
+    elif sig:
+        ended_by = "signal"
+    elif end is not None and returncode != 0:
+        ended_by = "exception"
+    else:
+        ended_by = "exit"
+    return JobExit(
+        exit_code=exit_code,
+        ended_by=ended_by,
+        signal=sig,
+        exception_type=end.get("exception_type") if end else None,
+        exception_message=end.get("exception_message") if end else None,
+    )
+
+
+def _pidfd(pid: int) -> int | None:
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return None
+    try:
+        return int(opener(pid))
+    except OSError:
+        return None

@@ -1,0 +1,111 @@
+"""One run's record in memory: every sample, step, fact and the end, in arrival order.
+
+The live session and the offline report fill it the same way (from the same records),
+so a report rebuilt from the store is the report the run printed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpudoctor.diagnosis.window import Window
+from gpudoctor.model import GpuSample, HostSample, JobExit, StepRecord
+from gpudoctor.probe import protocol
+
+
+@dataclass
+class Timeline:
+    command: list[str]
+    started_unix: float
+    start_mono_ns: int
+    gpu_reason: str | None = None  # why there are no GPU readings
+    host: list[HostSample] = field(default_factory=list)
+    gpus: list[GpuSample] = field(default_factory=list)
+    steps: dict[int, list[StepRecord]] = field(default_factory=dict)
+    facts: dict[int, dict[str, Any]] = field(default_factory=dict)
+    gauges: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    ends: dict[int, dict[str, Any]] = field(default_factory=dict)
+    probe_errors: list[str] = field(default_factory=list)
+    probe_dropped: dict[int, int] = field(default_factory=dict)
+    bad_messages: int = 0
+    exit: JobExit | None = None
+    end_mono_ns: int | None = None
+
+    def ingest_probe(self, message: dict[str, Any]) -> None:
+        pid = int(message["pid"])
+        rows = message.get("steps") or []
+        if rows:
+            steps = self.steps.setdefault(pid, [])
+            for row in rows:
+                values = dict(zip(protocol.STEP_FIELDS, row, strict=False))
+                batch = values.pop("batch_size")
+                steps.append(
+                    StepRecord(pid=pid, batch_size=batch if batch >= 0 else None, **values)
+                )
+        if "facts" in message:
+            self.facts.setdefault(pid, {}).update(message["facts"])
+        if message.get("gauges"):
+            self.gauges.append((pid, message["gauges"]))
+        for error in message.get("errors", []):
+            self.probe_errors.append(f"pid {pid}: {error}")
+        if "dropped" in message:
+            self.probe_dropped[pid] = int(message["dropped"])
+        if "end" in message:
+            self.ends[pid] = message["end"]
+
+    # -- what the rest reads ------------------------------------------------------------
+
+    def main_pid(self) -> int | None:
+        """The process with the most steps (rank 0 when ranks tie)."""
+        if not self.steps:
+            return None
+
+        def key(pid: int) -> tuple[int, int]:
+            rank = self.facts.get(pid, {}).get("rank")
+            return (len(self.steps[pid]), -int(rank) if rank is not None else 0)
+
+        return max(self.steps, key=key)
+
+    def main_steps(self) -> list[StepRecord]:
+        pid = self.main_pid()
+        return self.steps[pid] if pid is not None else []
+
+    def merged_facts(self) -> dict[str, Any]:
+        """Facts of the main process, filled in from the others."""
+        out: dict[str, Any] = {}
+        main = self.main_pid()
+        for pid, facts in self.facts.items():
+            if pid != main:
+                for key, value in facts.items():
+                    out.setdefault(key, value)
+        if main is not None:
+            out.update(self.facts.get(main, {}))
+        return out
+
+    def duration_s(self) -> float:
+        end = self.end_mono_ns
+        if end is None:
+            candidates = [s.t_mono_ns for s in self.host] + [g.t_mono_ns for g in self.gpus]
+            end = max(candidates, default=self.start_mono_ns)
+        return max(0.0, (end - self.start_mono_ns) / 1e9)
+
+    def total_steps(self) -> int:
+        return len(self.main_steps())
+
+    def window(self) -> Window:
+        main = self.main_pid()
+        job_pids = {p.pid for h in self.host for p in h.job} | set(self.facts) | set(self.steps)
+        return Window(
+            steps=tuple(self.main_steps()),
+            steps_by_pid={pid: tuple(s) for pid, s in self.steps.items()},
+            facts=self.merged_facts(),
+            facts_by_pid=dict(self.facts),
+            host=tuple(self.host),
+            gpus=tuple(self.gpus),
+            gauges=tuple(g for pid, g in self.gauges if main is None or pid == main),
+            exit=self.exit,
+            ends=dict(self.ends),
+            job_pids=frozenset(job_pids),
+            start_mono_ns=self.start_mono_ns,
+        )
