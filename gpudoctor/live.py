@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+from itertools import islice, takewhile
 
 from gpudoctor.timeline import Timeline
 
@@ -12,10 +13,11 @@ RECENT_S = 5.0
 def status_line(timeline: Timeline) -> str:
     elapsed = timeline.duration_s()
     steps = timeline.main_steps()
-    parts = [f"steps {len(steps)}"]
+    parts = [f"steps {timeline.total_steps()}"]
     if steps:
         cutoff = steps[-1].t_end_mono_ns - int(RECENT_S * 1e9)
-        recent = [s for s in steps[-500:] if s.t_end_mono_ns >= cutoff] or steps[-1:]
+        recent = list(takewhile(lambda s: s.t_end_mono_ns >= cutoff, islice(reversed(steps), 2000)))
+        recent = recent or [steps[-1]]
         wall = sum(s.wall_ns for s in recent)
         median_ms = statistics.median(s.wall_ns for s in recent) / 1e6
         loader = sum(s.loader_ns for s in recent)

@@ -7,7 +7,7 @@ platform does not report it), never zero.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 Severity = Literal["high", "medium", "low", "info"]
 EndedBy = Literal["exit", "signal", "oom", "exception", "max-seconds"]
@@ -87,12 +87,14 @@ class HostSample:
         return sum(p.cpu_pct for p in self.job) / 100.0
 
 
-@dataclass(frozen=True)
-class StepRecord:
-    """One training step as the probe saw it (times in nanoseconds)."""
+class StepRecord(NamedTuple):
+    """One training step as the probe saw it (times in nanoseconds).
+
+    A NamedTuple, not a dataclass: the doctor builds thousands a second from the
+    probe's rows (same field order as protocol.STEP_FIELDS, after the pid)."""
 
     pid: int
-    index: int
+    number: int  # the step's index in its process (protocol field "index")
     t_end_mono_ns: int
     wall_ns: int
     loader_ns: int  # inside DataLoader __next__
@@ -104,9 +106,6 @@ class StepRecord:
     batch_size: int | None
     syncs: int  # host syncs on CUDA tensors
     pageable_copies: int  # host-to-device copies from unpinned memory or blocking
-    cuda_mem_allocated_bytes: int | None = None
-    cuda_mem_reserved_bytes: int | None = None
-    cuda_alloc_retries: int | None = None
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ AUDIT_KEYS = (
     "cudnn_benchmark",
     "forwards",
     "forwards_with_grad",
-    "forwards_autocast",
+    "autocast_seen",
     "backwards",
     "optimizer_steps",
     "compiled",
@@ -116,7 +116,7 @@ def _steps(w: Window) -> dict[str, Any]:
         else None
     )
     return {
-        "count": len(w.steps),
+        "count": w.total_steps,
         "steady_count": len(steady),
         "median_ms": round(statistics.median(walls), 3) if walls else None,
         "p90_ms": round(percentile(walls, 90), 3) if walls else None,
@@ -205,7 +205,7 @@ def _notes(timeline: Timeline, w: Window) -> list[str]:
     elif not timeline.steps:
         notes.append("The job imported torch but ran no training step the probe could see.")
     elif len(w.steady_steps) < 5:
-        notes.append(f"Only {len(w.steps)} steps: too few for the step-based findings.")
+        notes.append(f"Only {w.total_steps} steps: too few for the step-based findings.")
     if timeline.probe_dropped:
         notes.append(
             f"The probe dropped {sum(timeline.probe_dropped.values())} records (doctor busy)."

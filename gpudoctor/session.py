@@ -137,9 +137,10 @@ class Session:
 
     def _drain(self) -> None:
         assert self.session_id is not None
-        for message in self.server.drain():
+        t = time.monotonic_ns()
+        for message, raw in self.server.drain():
             self.timeline.ingest_probe(message)
-            self.store.add(self.session_id, "probe", time.monotonic_ns(), message)
+            self.store.add_raw(self.session_id, "probe", t, raw.decode())
 
     def _tick(self) -> None:
         assert self.session_id is not None and self.host is not None

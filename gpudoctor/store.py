@@ -106,6 +106,10 @@ class Store:
     def add(self, session_id: int, kind: str, t_mono_ns: int, data: Any) -> None:
         self._pending.append((session_id, t_mono_ns, kind, json.dumps(data)))
 
+    def add_raw(self, session_id: int, kind: str, t_mono_ns: int, text: str) -> None:
+        """A record that is JSON text already (a probe message, as it arrived)."""
+        self._pending.append((session_id, t_mono_ns, kind, text))
+
     def commit(self) -> None:
         if not self._pending:
             return

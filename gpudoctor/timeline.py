@@ -6,6 +6,8 @@ so a report rebuilt from the store is the report the run printed.
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,15 +16,27 @@ from gpudoctor.model import GpuSample, HostSample, JobExit, StepRecord
 from gpudoctor.probe import protocol
 
 
+BATCH = protocol.STEP_FIELDS.index("batch_size")
+# A week-long run must not grow the doctor without bound: the timeline keeps the most
+# recent samples and steps (the store keeps them all); counts stay exact.
+MAX_STEPS_KEPT = 200_000  # per process
+MAX_SAMPLES_KEPT = 6 * 3600  # host and GPU readings: six hours at 1 Hz
+
+
+def _samples() -> deque[Any]:
+    return deque(maxlen=MAX_SAMPLES_KEPT)
+
+
 @dataclass
 class Timeline:
     command: list[str]
     started_unix: float
     start_mono_ns: int
     gpu_reason: str | None = None  # why there are no GPU readings
-    host: list[HostSample] = field(default_factory=list)
-    gpus: list[GpuSample] = field(default_factory=list)
-    steps: dict[int, list[StepRecord]] = field(default_factory=dict)
+    host: deque[HostSample] = field(default_factory=_samples)
+    gpus: deque[GpuSample] = field(default_factory=_samples)
+    steps: dict[int, deque[StepRecord]] = field(default_factory=dict)
+    step_counts: dict[int, int] = field(default_factory=dict)
     facts: dict[int, dict[str, Any]] = field(default_factory=dict)
     gauges: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     ends: dict[int, dict[str, Any]] = field(default_factory=dict)
@@ -36,13 +50,16 @@ class Timeline:
         pid = int(message["pid"])
         rows = message.get("steps") or []
         if rows:
-            steps = self.steps.setdefault(pid, [])
+            steps = self.steps.get(pid)
+            if steps is None:
+                steps = self.steps[pid] = deque(maxlen=MAX_STEPS_KEPT)
+            self.step_counts[pid] = self.step_counts.get(pid, 0) + len(rows)
+            append = steps.append
             for row in rows:
-                values = dict(zip(protocol.STEP_FIELDS, row, strict=False))
-                batch = values.pop("batch_size")
-                steps.append(
-                    StepRecord(pid=pid, batch_size=batch if batch >= 0 else None, **values)
-                )
+                record = StepRecord(pid, *row)
+                if row[BATCH] < 0:
+                    record = record._replace(batch_size=None)
+                append(record)
         if "facts" in message:
             self.facts.setdefault(pid, {}).update(message["facts"])
         if message.get("gauges"):
@@ -63,13 +80,13 @@ class Timeline:
 
         def key(pid: int) -> tuple[int, int]:
             rank = self.facts.get(pid, {}).get("rank")
-            return (len(self.steps[pid]), -int(rank) if rank is not None else 0)
+            return (self.step_counts[pid], -int(rank) if rank is not None else 0)
 
         return max(self.steps, key=key)
 
-    def main_steps(self) -> list[StepRecord]:
+    def main_steps(self) -> Sequence[StepRecord]:
         pid = self.main_pid()
-        return self.steps[pid] if pid is not None else []
+        return self.steps[pid] if pid is not None else ()
 
     def merged_facts(self) -> dict[str, Any]:
         """Facts of the main process, filled in from the others."""
@@ -91,13 +108,15 @@ class Timeline:
         return max(0.0, (end - self.start_mono_ns) / 1e9)
 
     def total_steps(self) -> int:
-        return len(self.main_steps())
+        pid = self.main_pid()
+        return self.step_counts[pid] if pid is not None else 0
 
     def window(self) -> Window:
         main = self.main_pid()
         job_pids = {p.pid for h in self.host for p in h.job} | set(self.facts) | set(self.steps)
         return Window(
             steps=tuple(self.main_steps()),
+            step_count=self.total_steps(),
             steps_by_pid={pid: tuple(s) for pid, s in self.steps.items()},
             facts=self.merged_facts(),
             facts_by_pid=dict(self.facts),

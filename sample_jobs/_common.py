@@ -6,6 +6,8 @@ Each sample job is an ordinary training script: it knows nothing of gpudoctor.
 from __future__ import annotations
 
 import argparse
+import time
+from collections.abc import Iterator
 
 import torch
 from torch import nn
@@ -20,7 +22,19 @@ def parser(
     p.add_argument("--num-workers", type=int, default=num_workers, help="DataLoader workers")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seconds", type=float, default=None, help="run for this long instead")
     return p
+
+
+def step_range(args: argparse.Namespace) -> Iterator[int]:
+    """0, 1, 2, ...: --steps of them, or as many as --seconds allows."""
+    start = time.perf_counter()
+    step = 0
+    while (
+        step < args.steps if args.seconds is None else time.perf_counter() - start < args.seconds
+    ):
+        yield step
+        step += 1
 
 
 def mlp(inputs: int, hidden: int, classes: int, depth: int = 2) -> nn.Module:

@@ -10,7 +10,7 @@ import time
 
 import torch
 
-from _common import mlp, parser
+from _common import mlp, parser, step_range
 
 
 def main() -> None:
@@ -23,14 +23,14 @@ def main() -> None:
     model.eval()
     correct = 0
     start = time.perf_counter()
-    for step in range(args.steps):
-        i = (step * args.batch_size) % (x_all.shape[0] - args.batch_size)
+    for step in step_range(args):
+        i = (step * args.batch_size) % max(1, x_all.shape[0] - args.batch_size)
         x, y = x_all[i : i + args.batch_size], y_all[i : i + args.batch_size]
         logits = model(x)  # should be inside `with torch.no_grad():`
         correct += int((logits.argmax(dim=1) == y).sum())
     print(
-        f"eval: {args.steps} batches in {time.perf_counter() - start:.1f} s, "
-        f"accuracy {correct / (args.steps * args.batch_size):.3f}"
+        f"eval: {step + 1} batches in {time.perf_counter() - start:.1f} s, "
+        f"accuracy {correct / ((step + 1) * args.batch_size):.3f}"
     )
 
 

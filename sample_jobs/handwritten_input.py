@@ -12,7 +12,7 @@ import time
 import torch
 from torch import nn
 
-from _common import mlp, parser
+from _common import mlp, parser, step_range
 
 
 def make_records(n: int) -> list[str]:
@@ -40,15 +40,15 @@ def main() -> None:
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     criterion = nn.CrossEntropyLoss()
     start = time.perf_counter()
-    for step in range(args.steps):
-        i = (step * args.batch_size) % (len(records) - args.batch_size)
+    for step in step_range(args):
+        i = (step * args.batch_size) % max(1, len(records) - args.batch_size)
         x, y = parse_batch(records[i : i + args.batch_size])
         x, y = x.to(device), y.to(device)
         loss = criterion(model(x), y)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    print(f"handwritten_input: {args.steps} steps in {time.perf_counter() - start:.1f} s")
+    print(f"handwritten_input: {step + 1} steps in {time.perf_counter() - start:.1f} s")
 
 
 if __name__ == "__main__":

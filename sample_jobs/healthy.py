@@ -11,7 +11,7 @@ import time
 import torch
 from torch import nn
 
-from _common import mlp, parser
+from _common import mlp, parser, step_range
 
 
 def main() -> None:
@@ -25,8 +25,8 @@ def main() -> None:
     criterion = nn.CrossEntropyLoss()
     start = time.perf_counter()
     losses = []
-    for step in range(args.steps):
-        i = (step * args.batch_size) % (x_all.shape[0] - args.batch_size)
+    for step in step_range(args):
+        i = (step * args.batch_size) % max(1, x_all.shape[0] - args.batch_size)
         x, y = x_all[i : i + args.batch_size], y_all[i : i + args.batch_size]
         loss = criterion(model(x), y)
         optimizer.zero_grad(set_to_none=True)
@@ -34,7 +34,7 @@ def main() -> None:
         optimizer.step()
         losses.append(loss.detach())
     print(
-        f"healthy: {args.steps} steps in {time.perf_counter() - start:.1f} s, "
+        f"healthy: {step + 1} steps in {time.perf_counter() - start:.1f} s, "
         f"final loss {torch.stack(losses[-10:]).mean().item():.4f}"
     )
 

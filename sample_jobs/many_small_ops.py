@@ -11,7 +11,7 @@ import time
 import torch
 from torch import nn
 
-from _common import mlp, parser
+from _common import mlp, parser, step_range
 
 
 def main() -> None:
@@ -24,13 +24,13 @@ def main() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     criterion = nn.CrossEntropyLoss()
     start = time.perf_counter()
-    for step in range(args.steps):
-        i = (step * args.batch_size) % (x_all.shape[0] - args.batch_size)
+    for step in step_range(args):
+        i = (step * args.batch_size) % max(1, x_all.shape[0] - args.batch_size)
         loss = criterion(model(x_all[i : i + args.batch_size]), y_all[i : i + args.batch_size])
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    print(f"many_small_ops: {args.steps} steps in {time.perf_counter() - start:.1f} s")
+    print(f"many_small_ops: {step + 1} steps in {time.perf_counter() - start:.1f} s")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from _common import mlp, parser
+from _common import mlp, parser, step_range
 
 
 def main() -> None:
@@ -21,7 +21,7 @@ def main() -> None:
     model = mlp(128, 512, 10).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     criterion = nn.CrossEntropyLoss()
-    for step in range(args.steps):
+    for step in step_range(args):
         x = torch.randn(args.batch_size, 128, device=device)
         y = torch.randint(0, 10, (args.batch_size,), device=device)
         if step == args.oom_at:

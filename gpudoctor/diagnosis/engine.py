@@ -46,6 +46,8 @@ RULES = (
 
 FINDING_IDS = tuple(rule.ID for rule in RULES)
 
+# A run that crashed: that comes first, whatever else was slow.
+FIRST = (out_of_memory.ID,)
 # A finding that names the cause behind a broader one ranks just above it.
 REFINES = {
     slow_storage.ID: input_bound.ID,
@@ -64,11 +66,12 @@ def rank(findings: list[Finding]) -> list[Finding]:
     """By severity, then estimated gain; a refining finding just above the one it refines."""
     by_id = {f.id: f for f in findings}
 
-    def key(f: Finding) -> tuple[tuple[int, float], int]:
+    def key(f: Finding) -> tuple[bool, tuple[int, float], int]:
+        first = f.id not in FIRST
         parent = by_id.get(REFINES.get(f.id, ""))
         if parent is not None and parent.rank_key() <= f.rank_key():
-            return (parent.rank_key(), 0)
-        return (f.rank_key(), 1)
+            return (first, parent.rank_key(), 0)
+        return (first, f.rank_key(), 1)
 
     return sorted(findings, key=key)
 

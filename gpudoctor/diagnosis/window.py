@@ -33,6 +33,7 @@ def percentile(values: list[float], q: float) -> float:
 @dataclass(frozen=True)
 class Window:
     steps: tuple[StepRecord, ...] = ()
+    step_count: int | None = None  # all the run's steps (`steps` may be the recent ones)
     steps_by_pid: dict[int, tuple[StepRecord, ...]] = field(default_factory=dict)
     facts: dict[str, Any] = field(default_factory=dict)
     facts_by_pid: dict[int, dict[str, Any]] = field(default_factory=dict)
@@ -45,6 +46,10 @@ class Window:
     start_mono_ns: int = 0
 
     # -- steps -------------------------------------------------------------------------
+
+    @property
+    def total_steps(self) -> int:
+        return self.step_count if self.step_count is not None else len(self.steps)
 
     @cached_property
     def steady_steps(self) -> tuple[StepRecord, ...]:

@@ -74,10 +74,11 @@ class Probe:
         # counters read by the flush thread
         self.forwards_total = 0
         self.forwards_grad = 0
-        self.forwards_autocast = 0
+        self.autocast_seen = False
         self.backwards = 0
         self.optimizer_steps = 0
         self.shapes: set[tuple[int, ...]] = set()
+        self.last_shape: Any = None
         self.loader_batches: dict[int, int] = {}
         # forward bookkeeping
         self.roots: dict[int, Any] = {}
@@ -189,7 +190,7 @@ class Probe:
         torch = self.torch
         self.fact("forwards", self.forwards_total)
         self.fact("forwards_with_grad", self.forwards_grad)
-        self.fact("forwards_autocast", self.forwards_autocast)
+        self.fact("autocast_seen", self.autocast_seen)
         self.fact("backwards", self.backwards)
         self.fact("optimizer_steps", self.optimizer_steps)
         self.fact("input_shapes", sorted(list(s) for s in self.shapes))

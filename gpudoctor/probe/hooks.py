@@ -175,6 +175,9 @@ def _hook_dataloader(probe: Probe, torch: Any) -> None:
             probe.error("dataloader-iter", exc)
         return it
 
+    tensor = torch.Tensor
+    sequences = (tuple, list)
+
     def __next__(self: Any) -> Any:
         if not probe.active:
             return original_next(self)
@@ -182,10 +185,19 @@ def _hook_dataloader(probe: Probe, torch: Any) -> None:
         batch = original_next(self)
         t1 = now()
         try:
-            probe.clock.loader_batch(t0, t1, _batch_size(torch, batch))
+            # the common shapes first: a tensor, or a tuple/list whose first item is one
+            first = batch[0] if type(batch) in sequences and batch else batch
+            if type(first) is tensor:
+                shape = first.shape
+                size = shape[0] if shape else -1
+            else:
+                size = _batch_size(torch, batch)
+            probe.clock.loader_batch(t0, t1, size)
             index = getattr(self, "_gpudoctor_loader", -1)
-            probe.loader_batches[index] = probe.loader_batches.get(index, 0) + 1
-            probe.touch()
+            counts = probe.loader_batches
+            counts[index] = counts.get(index, 0) + 1
+            if probe.flusher is None:
+                probe.touch()
         except Exception as exc:
             probe.error("dataloader-next", exc)
         return batch
@@ -220,6 +232,8 @@ def _root_facts(probe: Probe, torch: Any, module: Any) -> None:
 def _hook_modules(probe: Probe, torch: Any) -> None:
     from torch.nn.modules import module as mod
 
+    tensor = torch.Tensor
+
     def root_pre(module: Any, args: Any) -> None:
         if not probe.active:
             return
@@ -231,15 +245,19 @@ def _hook_modules(probe: Probe, torch: Any) -> None:
         try:
             probe.clock.forward_start(t)
             probe.forwards_total += 1
-            if torch.is_grad_enabled():
+            if not probe.backwards and torch.is_grad_enabled():  # matters until a backward
                 probe.forwards_grad += 1
-            if torch.is_autocast_enabled(probe.device_type):
-                probe.forwards_autocast += 1
-            if args and len(probe.shapes) < MAX_DISTINCT_SHAPES:
+            if not probe.autocast_seen and torch.is_autocast_enabled(probe.device_type):
+                probe.autocast_seen = True
+            if args:
                 first = args[0]
-                if isinstance(first, torch.Tensor):
-                    probe.shapes.add(tuple(first.shape))
-            probe.touch()
+                if type(first) is tensor:
+                    shape = first.shape
+                    if shape != probe.last_shape and len(probe.shapes) < MAX_DISTINCT_SHAPES:
+                        probe.last_shape = shape
+                        probe.shapes.add(tuple(shape))
+            if probe.flusher is None:
+                probe.touch()
         except Exception as exc:
             probe.error("forward-pre", exc)
 
@@ -302,7 +320,8 @@ def _hook_backward(probe: Probe, torch: Any) -> None:
             try:
                 probe.clock.backward_done(t0, now())
                 probe.backwards += 1
-                probe.touch()
+                if probe.flusher is None:
+                    probe.touch()
             except Exception as exc:
                 probe.error("backward", exc)
 
@@ -327,7 +346,8 @@ def _hook_optimizer(probe: Probe, torch: Any) -> None:
             probe.clock.optimizer_done(probe.opt_t0, now(), lead)
             if lead:
                 probe.optimizer_steps += 1
-            probe.touch()
+            if probe.flusher is None:
+                probe.touch()
         except Exception as exc:
             probe.error("optimizer", exc)
 

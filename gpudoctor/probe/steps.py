@@ -18,6 +18,10 @@ RANK_BACKWARD = 3
 RANK_OPTIMIZER = 4
 
 MAX_BUFFERED_STEPS = 20000  # bounded: when the doctor cannot keep up, drop and count
+# Steps that end at backward() are held back until an optimizer step shows up (then
+# they were micro-steps of gradient accumulation: merged into it) or this many have
+# passed without one (a hand-written update: they were steps after all).
+PROVISIONAL_STEPS = 64
 
 
 class StepClock:
@@ -38,6 +42,7 @@ class StepClock:
         "pageable",
         "out",
         "dropped",
+        "provisional",
     )
 
     def __init__(self) -> None:
@@ -48,6 +53,7 @@ class StepClock:
         self.outside_open = True
         self.out: deque[tuple[int, ...]] = deque()
         self.dropped = 0
+        self.provisional: list[tuple[int, ...]] | None = []
         self._reset()
 
     def _reset(self) -> None:
@@ -64,14 +70,6 @@ class StepClock:
 
     # -- step boundaries ---------------------------------------------------------------
 
-    def _begin_activity(self, t: int) -> None:
-        """The first activity of a step: commits a pending end, starts the clock."""
-        if self.pending_end is not None:
-            self._emit(self.pending_end)
-            self.pending_end = None
-        if self.last_end is None:
-            self.last_end = t
-
     def _end_candidate(self, t: int, rank: int) -> None:
         if rank > self.rank:
             self.rank = rank
@@ -80,47 +78,90 @@ class StepClock:
 
     def _emit(self, t_end: int) -> None:
         start = self.last_end if self.last_end is not None else t_end
-        if len(self.out) < MAX_BUFFERED_STEPS:
-            self.out.append(
-                (
-                    self.index,
-                    t_end,
-                    t_end - start,
-                    self.loader,
-                    self.outside,
-                    self.forward,
-                    self.backward,
-                    self.optimizer,
-                    self.forwards,
-                    self.batch,
-                    self.syncs,
-                    self.pageable,
-                )
-            )
+        row = (
+            self.index,
+            t_end,
+            t_end - start,
+            self.loader,
+            self.outside,
+            self.forward,
+            self.backward,
+            self.optimizer,
+            self.forwards,
+            self.batch,
+            self.syncs,
+            self.pageable,
+        )
+        held = self.provisional
+        if held is not None and self.rank == RANK_BACKWARD:
+            held.append(row)
+            if len(held) > PROVISIONAL_STEPS:
+                self._release()
+        elif len(self.out) < MAX_BUFFERED_STEPS:
+            self.out.append(row)
         else:
             self.dropped += 1
         self.index += 1
         self.last_end = t_end
         self._reset()
 
+    def _release(self) -> None:
+        """The held-back backward() steps were steps after all."""
+        held, self.provisional = self.provisional or [], None
+        for row in held:
+            if len(self.out) < MAX_BUFFERED_STEPS:
+                self.out.append(row)
+            else:
+                self.dropped += 1
+
+    def _merge_held(self) -> None:
+        """The first optimizer step: the held-back backward() steps were its micro-steps."""
+        held, self.provisional = self.provisional or [], None
+        if not held:
+            return
+        self.index -= len(held)
+        self.last_end = held[0][1] - held[0][2]
+        self.loader += sum(r[3] for r in held)
+        self.outside += sum(r[4] for r in held)
+        self.forward += sum(r[5] for r in held)
+        self.backward += sum(r[6] for r in held)
+        self.optimizer += sum(r[7] for r in held)
+        self.forwards += sum(r[8] for r in held)
+        self.batch = held[0][9] if held[0][9] >= 0 else self.batch
+        self.syncs += sum(r[10] for r in held)
+        self.pageable += sum(r[11] for r in held)
+
     def finish(self) -> None:
         """At exit: the step that ended but had no successor still counts."""
         if self.pending_end is not None:
             self._emit(self.pending_end)
             self.pending_end = None
+        self._release()
 
     # -- events from the hooks ------------------------------------------------------
+
+    # The hooks below run in every step of the job: the boundary logic of
+    # _begin_activity and _end_candidate is written out in them (a call costs more
+    # than the work).
 
     def loader_batch(self, t0: int, t1: int, batch_size: int) -> None:
         if self.rank < RANK_LOADER:
             self.rank = RANK_LOADER
-        self._begin_activity(t0)
+        if self.pending_end is not None:
+            self._emit(self.pending_end)
+            self.pending_end = None
+        if self.last_end is None:
+            self.last_end = t0
         self.loader += t1 - t0
         if self.batch < 0:
             self.batch = batch_size
 
     def forward_start(self, t: int) -> None:
-        self._begin_activity(t)
+        if self.pending_end is not None:
+            self._emit(self.pending_end)
+            self.pending_end = None
+        if self.last_end is None:
+            self.last_end = t
         if self.outside_open:
             if self.last_end is not None:
                 self.outside = t - self.last_end
@@ -136,14 +177,19 @@ class StepClock:
         if self.last_end is None:
             self.last_end = t0
         self.backward += t1 - t0
-        self._end_candidate(t1, RANK_BACKWARD)
+        if self.rank <= RANK_BACKWARD:
+            self.rank = RANK_BACKWARD
+            self.pending_end = t1
 
     def optimizer_done(self, t0: int, t1: int, lead: bool) -> None:
         if self.last_end is None:
             self.last_end = t0
         self.optimizer += t1 - t0
         if lead:
-            self._end_candidate(t1, RANK_OPTIMIZER)
+            if self.provisional is not None:
+                self._merge_held()
+            self.rank = RANK_OPTIMIZER
+            self.pending_end = t1
 
     def take(self) -> list[tuple[int, ...]]:
         """Called from the flush thread: deque pops are atomic, nothing is lost."""

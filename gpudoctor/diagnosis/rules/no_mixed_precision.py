@@ -17,7 +17,7 @@ def evaluate(w: Window) -> Finding | None:
     f = w.facts
     if w.device_type != "cuda" or f.get("param_dtype") != "float32":
         return None
-    if int(f.get("forwards", 0)) < MIN_FORWARDS or int(f.get("forwards_autocast", 0)) > 0:
+    if int(f.get("forwards", 0)) < MIN_FORWARDS or f.get("autocast_seen"):
         return None
     capability = tuple(f.get("cuda_capability") or ())
     if not capability:

@@ -23,7 +23,7 @@ def evaluate(w: Window) -> Finding | None:
         severity="high",
         title="The job ran out of memory",
         evidence=(
-            f"The job died of {kind or 'an out-of-memory error'} after {len(w.steps)} steps"
+            f"The job died of {kind or 'an out-of-memory error'} after {w.total_steps} steps"
             + (f": {first_line}" if first_line else ".")
         ),
         remedies=("smaller-batch", "amp", "grad-accum"),

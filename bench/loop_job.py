@@ -1,0 +1,70 @@
+"""The job the probe-overhead benchmark runs: a plain training loop (DataLoader over
+in-memory tensors, an MLP, SGD) that times its own steps and prints them as JSON.
+
+It knows nothing of gpudoctor; the benchmark runs it with and without the probe.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--warmup", type=int, default=30)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    device = torch.device(args.device)
+    n = args.batch_size * 64
+    data = TensorDataset(torch.randn(n, args.hidden), torch.randint(0, 10, (n,)))
+    loader = DataLoader(data, batch_size=args.batch_size, shuffle=True, drop_last=True)
+    model = nn.Sequential(
+        nn.Linear(args.hidden, args.hidden), nn.ReLU(),
+        nn.Linear(args.hidden, args.hidden), nn.ReLU(),
+        nn.Linear(args.hidden, 10),
+    ).to(device)  # fmt: skip
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    criterion = nn.CrossEntropyLoss()
+    times: list[float] = []
+    cpu: list[float] = []
+    total = args.steps + args.warmup
+    last = time.perf_counter()
+    last_cpu = time.thread_time()
+    while len(times) < total:
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)
+            loss = criterion(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            if device.type == "cuda":
+                torch.cuda.synchronize()  # the benchmark's own clock, not the probe's
+            now, now_cpu = time.perf_counter(), time.thread_time()
+            times.append(now - last)
+            cpu.append(now_cpu - last_cpu)
+            last, last_cpu = now, now_cpu
+            if len(times) >= total:
+                break
+    steady = times[args.warmup :]
+    print(json.dumps({
+        "median_s": statistics.median(steady),
+        "median_cpu_s": statistics.median(cpu[args.warmup :]),  # this thread's CPU time
+        "steps": len(steady),
+    }))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""Probe overhead inside one process, step by step: the same training loop with the
+probe's hooks installed and active on even steps and entirely removed on odd steps
+(the originals put back), so both arms share the interpreter, the allocator, the
+caches and the machine's moment. Medians of each arm's step times.
+
+    python bench/probe_inprocess.py --socket PATH [--hidden 128 --batch-size 32] [--steps 8000]
+
+Run by bench/probe_overhead.py. Prints JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+PROBE_DIR = Path(__file__).resolve().parent.parent / "gpudoctor" / "probe"
+
+
+def load_probe(socket_path: str) -> Any:
+    os.environ["GPUDOCTOR_SOCKET"] = socket_path
+    spec = importlib.util.spec_from_file_location(
+        "_gpudoctor_probe", PROBE_DIR / "__init__.py", submodule_search_locations=[str(PROBE_DIR)]
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["_gpudoctor_probe"] = module
+    spec.loader.exec_module(module)
+    module.start()
+    return sys.modules["_gpudoctor_probe.agent"].PROBE
+
+
+def closure(fn: Any, name: str) -> Any:
+    return fn.__closure__[fn.__code__.co_freevars.index(name)].cell_contents
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--socket", required=True)
+    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--steps", type=int, default=8000)
+    p.add_argument("--device", default="cpu")
+    args = p.parse_args()
+    load_probe(args.socket)  # before torch, as the boot folder would
+
+    import torch
+    from torch import nn
+    from torch.optim import optimizer as optim_mod
+    from torch.utils.data import DataLoader, TensorDataset
+    from torch.utils.data import dataloader as dl
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    device = torch.device(args.device)
+    n = args.batch_size * 64
+    loader = DataLoader(
+        TensorDataset(torch.randn(n, args.hidden), torch.randint(0, 10, (n,))),
+        batch_size=args.batch_size, shuffle=True, drop_last=True,
+    )  # fmt: skip
+    model = nn.Sequential(
+        nn.Linear(args.hidden, args.hidden), nn.ReLU(),
+        nn.Linear(args.hidden, args.hidden), nn.ReLU(),
+        nn.Linear(args.hidden, 10),
+    ).to(device)  # fmt: skip
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    criterion = nn.CrossEntropyLoss()
+
+    def batches() -> Any:
+        while True:
+            yield from loader
+
+    source = batches()
+
+    def step() -> None:
+        x, y = next(source)
+        x, y = x.to(device), y.to(device)
+        loss = criterion(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    for _ in range(20):  # warm-up: the probe finds the root module, drops its global hooks
+        step()
+
+    # the two states: the probe's hooks in place, or the originals back
+    it_cls = dl._BaseDataLoaderIter
+    probed = {
+        "next": it_cls.__next__,
+        "backward": torch.autograd.backward,
+        "pre": dict(model._forward_pre_hooks),
+        "post": dict(model._forward_hooks),
+        "post_always": dict(model._forward_hooks_always_called),
+        "opt_pre": dict(optim_mod._global_optimizer_pre_hooks),
+        "opt_post": dict(optim_mod._global_optimizer_post_hooks),
+    }
+    plain_next = closure(probed["next"], "original_next")
+    plain_backward = closure(probed["backward"], "original")
+
+    def install(on: bool) -> None:
+        it_cls.__next__ = probed["next"] if on else plain_next
+        torch.autograd.backward = probed["backward"] if on else plain_backward
+        for attr, key in (
+            ("_forward_pre_hooks", "pre"),
+            ("_forward_hooks", "post"),
+            ("_forward_hooks_always_called", "post_always"),
+        ):
+            hooks = getattr(model, attr)
+            hooks.clear()
+            if on:
+                hooks.update(probed[key])
+        for store, key in (
+            (optim_mod._global_optimizer_pre_hooks, "opt_pre"),
+            (optim_mod._global_optimizer_post_hooks, "opt_post"),
+        ):
+            store.clear()
+            if on:
+                store.update(probed[key])
+
+    arms: dict[str, dict[str, list[float]]] = {
+        "probe": {"wall": [], "cpu": []},
+        "none": {"wall": [], "cpu": []},
+    }
+    for i in range(2 * args.steps):
+        arm = "probe" if i % 2 == 0 else "none"
+        install(arm == "probe")
+        t, c = time.perf_counter(), time.thread_time()
+        step()
+        arms[arm]["wall"].append(time.perf_counter() - t)
+        arms[arm]["cpu"].append(time.thread_time() - c)
+    install(True)
+    print(json.dumps({a: {k: statistics.median(v) for k, v in d.items()} for a, d in arms.items()}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""Shared helpers: run the real doctor on real jobs, load recorded sessions."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpudoctor.store import apply_record
+from gpudoctor.timeline import Timeline
+from gpudoctor.model import JobExit
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "sample_jobs"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+PY = sys.executable
+
+
+@pytest.fixture(autouse=True)
+def _private_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test writes to the user's own session store."""
+    monkeypatch.setenv("GPUDOCTOR_STORE", str(tmp_path / "sessions.db"))
+    monkeypatch.delenv("GPUDOCTOR_SOCKET", raising=False)
+
+
+def doctor(*args: str, timeout: float = 120, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """`gpudoctor ARGS...` as a user runs it, its output captured."""
+    return subprocess.run(
+        [PY, "-m", "gpudoctor", *args], capture_output=True, text=True, timeout=timeout, **kwargs
+    )
+
+
+def run_job(tmp_path: Path, script: Path | str, *job_args: str, doctor_args: tuple[str, ...] = ()) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    report = tmp_path / f"report-{Path(script).stem}.json"
+    proc = doctor("run", "--headless", "--report", str(report), *doctor_args, "--", PY, str(script), *job_args)
+    assert report.exists(), proc.stderr[-3000:]
+    return proc, json.loads(report.read_text())
+
+
+def finding_ids(report: dict[str, Any]) -> list[str]:
+    return [f["id"] for f in report["findings"]]
+
+
+def load_recorded_session(name: str) -> Timeline:
+    """A session recorded on a real GPU (scripts/gpu_checks.sh), replayed from its records."""
+    data = json.loads(gzip.decompress((FIXTURES / f"gpu_session_{name}.json.gz").read_bytes()))
+    s = data["session"]
+    timeline = Timeline(json.loads(s["command"]), s["started_unix"], s["start_mono_ns"], gpu_reason=s["gpu_reason"])
+    for kind, _t, record in data["records"]:
+        apply_record(timeline, kind, record)
+    timeline.end_mono_ns = s["end_mono_ns"]
+    if s["exit_json"]:
+        timeline.exit = JobExit(**json.loads(s["exit_json"]))
+    return timeline
+
+
+def env_without_probe() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("GPUDOCTOR_SOCKET", None)
+    return env

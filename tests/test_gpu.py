@@ -1,0 +1,57 @@
+"""GPU checks: run for real on a machine with an NVIDIA GPU (scripts/gpu_checks.sh).
+
+Deselected by default (`-m 'not gpu'` in pyproject); CI has no GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpudoctor.sources.nvml import NvmlReader
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.gpu
+
+
+def test_live_nvml_reader_reads_every_default_field() -> None:
+    reader = NvmlReader()
+    assert reader.available, reader.reason
+    samples = reader.read()
+    assert samples
+    for s in samples:
+        assert s.util_gpu_pct is not None and 0 <= s.util_gpu_pct <= 100
+        assert s.mem_total_bytes and s.mem_used_bytes is not None
+        assert s.power_w and s.power_limit_w and s.temp_c is not None
+        assert s.sm_clock_mhz and s.mem_clock_mhz
+        assert s.clock_event_reasons is not None
+        assert s.compute_capability and s.compute_capability >= (7, 0)
+    reader.close()
+
+
+def _doctor(tmp_path: Path, job: str, *job_args: str) -> dict:
+    report = tmp_path / f"{job}.json"
+    cmd = [sys.executable, "-m", "gpudoctor", "--store", str(tmp_path / "s.db"), "run",
+           "--headless", "--report", str(report), "--", sys.executable,
+           str(ROOT / "sample_jobs" / f"{job}.py"), "--device", "cuda", *job_args]
+    subprocess.run(cmd, check=True, timeout=120)
+    return json.loads(report.read_text())
+
+
+def test_host_sync_found_on_gpu(tmp_path: Path) -> None:
+    report = _doctor(tmp_path, "host_sync", "--seconds", "8")
+    ids = [f["id"] for f in report["findings"]]
+    assert "host-sync" in ids
+    assert report["steps"]["syncs_per_step"] >= 1
+    assert report["gpus"] and report["gpus"][0]["used_by_job"]
+
+
+def test_convnet_on_gpu_lacks_amp_and_cudnn_benchmark(tmp_path: Path) -> None:
+    report = _doctor(tmp_path, "convnet", "--seconds", "8")
+    ids = [f["id"] for f in report["findings"]]
+    assert "no-mixed-precision" in ids
+    assert "cudnn-benchmark-off" in ids

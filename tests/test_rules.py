@@ -1,0 +1,226 @@
+"""Each diagnosis rule on small hand-built windows: fires on its signal, stays quiet
+just below its threshold or without its signal."""
+
+from __future__ import annotations
+
+import pytest
+from windows import JOB_PID, cuda_facts, gpus, host, oom_exit, steps, window
+
+from gpudoctor.diagnosis.engine import FINDING_IDS, diagnose
+from gpudoctor.diagnosis.remedies import CATALOGUE
+from gpudoctor.diagnosis.rules import (
+    cpu_saturated,
+    cudnn_benchmark_off,
+    data_parallel,
+    gpu_throttled,
+    grad_in_inference,
+    host_sync,
+    input_bound,
+    low_gpu_util,
+    memory_pressure,
+    no_mixed_precision,
+    not_compiled,
+    out_of_memory,
+    pageable_copies,
+    slow_storage,
+    small_batch,
+    straggler,
+)
+
+LOADER = {"dataloaders": [{"num_workers": 0, "pin_memory": False, "persistent_workers": False}]}
+
+
+def ids(w) -> list[str]:  # type: ignore[no-untyped-def]
+    return [f.id for f in diagnose(w)]
+
+
+def test_every_design_finding_has_a_rule_and_known_remedies() -> None:
+    assert set(FINDING_IDS) == {
+        "input-bound", "slow-storage", "cpu-saturated", "host-sync", "pageable-copies",
+        "low-gpu-util", "small-batch", "no-mixed-precision", "out-of-memory", "memory-pressure",
+        "not-compiled", "cudnn-benchmark-off", "grad-in-inference", "data-parallel",
+        "gpu-throttled", "straggler",
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("fraction", "severity"), [(0.04, None), (0.06, "low"), (0.25, "medium"), (0.45, "high")]
+)
+def test_input_bound_bands(fraction: float, severity: str | None) -> None:
+    w = window(steps=steps(loader_ms=10 * fraction), facts=LOADER)
+    finding = input_bound.evaluate(w)
+    assert (finding.severity if finding else None) == severity
+    if finding:
+        assert finding.remedies[0] == "more-workers"
+        assert f"{fraction:.0%}" in finding.evidence
+        assert all(r in CATALOGUE for r in finding.remedies)
+
+
+def test_input_bound_without_dataloader_uses_host_time_outside_the_model() -> None:
+    w = window(steps=steps(outside_ms=6.0))
+    finding = input_bound.evaluate(w)
+    assert finding is not None and finding.severity == "high"
+    assert "outside the model" in finding.evidence
+    assert finding.remedies[0] == "preprocess-offline"
+
+
+def test_input_bound_needs_enough_steps() -> None:
+    assert input_bound.evaluate(window(steps=steps(n=6, loader_ms=8.0))) is None
+
+
+def test_warm_up_steps_are_not_counted() -> None:
+    slow_start = steps(n=5, loader_ms=9.0)
+    fast = steps(n=40, loader_ms=0.0, t0=slow_start[-1].t_end_mono_ns)
+    assert input_bound.evaluate(window(steps=slow_start + fast)) is None
+
+
+def test_slow_storage_by_iowait_and_by_disk_sleep() -> None:
+    base = {"steps": steps(loader_ms=7.0), "facts": LOADER}
+    assert slow_storage.evaluate(window(host=host(iowait=60.0), **base)) is not None
+    assert slow_storage.evaluate(window(host=host(status="disk-sleep"), **base)) is not None
+    assert slow_storage.evaluate(window(host=host(iowait=40.0), **base)) is None
+    # iowait without waiting for data is not a training problem
+    assert slow_storage.evaluate(window(host=host(iowait=90.0), facts=LOADER)) is None
+
+
+def test_slow_storage_ranks_above_input_bound() -> None:
+    w = window(steps=steps(loader_ms=7.0), host=host(status="disk-sleep"), facts=LOADER)
+    assert ids(w)[:2] == ["slow-storage", "input-bound"]
+
+
+def test_cpu_saturated_when_the_job_fills_the_allowed_cores() -> None:
+    busy = window(steps=steps(loader_ms=5.0), host=host(job_cores=1.95, cores=2), facts=LOADER)
+    idle = window(steps=steps(loader_ms=5.0), host=host(job_cores=1.0, cores=2), facts=LOADER)
+    assert cpu_saturated.evaluate(busy) is not None
+    assert cpu_saturated.evaluate(idle) is None
+    assert ids(busy)[0] == "cpu-saturated"
+
+
+def test_more_workers_is_not_offered_when_every_core_has_one() -> None:
+    facts = {"dataloaders": [{"num_workers": 2, "pin_memory": False}]}
+    finding = input_bound.evaluate(window(steps=steps(loader_ms=5.0), facts=facts))
+    assert finding is not None and "more-workers" not in finding.remedies
+
+
+def test_host_sync_counts_per_step() -> None:
+    assert host_sync.evaluate(window(steps=steps(syncs=1))) is not None
+    assert host_sync.evaluate(window(steps=steps(syncs=0))) is None
+    assert host_sync.evaluate(window(steps=steps(syncs=3))).severity == "medium"  # type: ignore[union-attr]
+
+
+def test_pageable_copies() -> None:
+    finding = pageable_copies.evaluate(window(steps=steps(pageable=2), facts=LOADER))
+    assert finding is not None and finding.remedies == ("pin-memory", "non-blocking")
+    pinned = {"dataloaders": [{"pin_memory": True}]}
+    assert pageable_copies.evaluate(window(steps=steps(pageable=1), facts=pinned)).remedies == ("non-blocking",)  # type: ignore[union-attr]
+    assert pageable_copies.evaluate(window(steps=steps(pageable=0))) is None
+
+
+def test_low_gpu_util_uses_p95_after_warm_up() -> None:
+    assert low_gpu_util.evaluate(window(gpus=gpus(util=30))) is not None
+    assert low_gpu_util.evaluate(window(gpus=gpus(util=60))) is None
+    # busy only during start-up (the first seconds), idle after: still low
+    start = gpus(n=10, util=100, t0=0)
+    assert low_gpu_util.evaluate(window(gpus=start + gpus(util=10))) is not None
+
+
+def test_low_gpu_util_names_its_causes() -> None:
+    w = window(gpus=gpus(util=10), steps=steps(loader_ms=6.0), facts=LOADER)
+    low = next(f for f in diagnose(w) if f.id == "low-gpu-util")
+    assert "input-bound" in low.evidence and low.remedies[0] == "more-workers"
+
+
+def test_small_batch_needs_idle_gpu_spare_memory_and_no_input_wait() -> None:
+    assert small_batch.evaluate(window(gpus=gpus(util=20, mem_fraction=0.2))) is not None
+    assert small_batch.evaluate(window(gpus=gpus(util=20, mem_fraction=0.7))) is None
+    assert small_batch.evaluate(window(gpus=gpus(util=20, mem_fraction=0.2), steps=steps(loader_ms=3.0))) is None
+    assert small_batch.evaluate(window(gpus=gpus(util=90, mem_fraction=0.2))) is None
+    w = window(gpus=gpus(util=20, mem_fraction=0.2))
+    assert ids(w)[:2] == ["small-batch", "low-gpu-util"]
+
+
+def test_no_mixed_precision() -> None:
+    assert no_mixed_precision.evaluate(window(facts=cuda_facts())) is not None
+    assert no_mixed_precision.evaluate(window(facts=cuda_facts(autocast_seen=True))) is None
+    assert no_mixed_precision.evaluate(window(facts=cuda_facts(param_dtype="bfloat16"))) is None
+    assert no_mixed_precision.evaluate(window(facts=cuda_facts(cuda_capability=[6, 1]))) is None
+    assert no_mixed_precision.evaluate(window(facts={"device": "cpu", "forwards": 99})) is None
+
+
+def test_out_of_memory_from_the_exit_or_a_rank() -> None:
+    assert out_of_memory.evaluate(window(exit=oom_exit())).severity == "high"  # type: ignore[union-attr]
+    end = {"oom": True, "exception_type": "OutOfMemoryError", "exception_message": "CUDA out of memory"}
+    assert out_of_memory.evaluate(window(ends={JOB_PID: end})) is not None
+    assert out_of_memory.evaluate(window()) is None
+    assert ids(window(exit=oom_exit(), steps=steps(loader_ms=9.0), facts=LOADER))[0] == "out-of-memory"
+
+
+def test_memory_pressure_by_peak_and_by_retries() -> None:
+    total = 80 << 30
+    peak = [{"peak_reserved": int(total * 0.95), "alloc_retries": 0}]
+    calm = [{"peak_reserved": int(total * 0.5), "alloc_retries": 0}]
+    retrying = [{"peak_reserved": int(total * 0.5), "alloc_retries": n} for n in (0, 1, 3, 6)]
+    once = [{"peak_reserved": int(total * 0.5), "alloc_retries": n} for n in (0, 1, 1, 1)]
+    assert memory_pressure.evaluate(window(facts=cuda_facts(), gauges=tuple(peak))) is not None
+    assert memory_pressure.evaluate(window(facts=cuda_facts(), gauges=tuple(calm))) is None
+    assert memory_pressure.evaluate(window(facts=cuda_facts(), gauges=tuple(retrying))).severity == "high"  # type: ignore[union-attr]
+    assert memory_pressure.evaluate(window(facts=cuda_facts(), gauges=tuple(once))) is None
+
+
+def test_not_compiled_heuristic() -> None:
+    facts = {"torch_version": "2.13.0", "compiled": False, "leaf_modules": 80}
+    short_ops = window(steps=steps(forward_ms=1.6), facts=facts)  # 20 us per leaf
+    long_ops = window(steps=steps(forward_ms=8.0), facts=facts)  # 100 us per leaf
+    assert not_compiled.evaluate(short_ops) is not None
+    assert not_compiled.evaluate(long_ops) is None
+    assert not_compiled.evaluate(window(steps=steps(forward_ms=1.6), facts={**facts, "compiled": True})) is None
+    assert not_compiled.evaluate(window(steps=steps(forward_ms=1.6), facts={**facts, "torch_version": "1.13.1"})) is None
+
+
+def test_cudnn_benchmark_off_needs_convs_on_cuda_with_one_shape() -> None:
+    facts = cuda_facts(conv_layers=3, input_shapes=[[64, 3, 32, 32]])
+    assert cudnn_benchmark_off.evaluate(window(facts=facts)) is not None
+    assert cudnn_benchmark_off.evaluate(window(facts={**facts, "cudnn_benchmark": True})) is None
+    assert cudnn_benchmark_off.evaluate(window(facts={**facts, "input_shapes": [[64, 3, 32, 32], [64, 3, 48, 48]]})) is None
+    assert cudnn_benchmark_off.evaluate(window(facts={**facts, "device": "cpu"})) is None
+
+
+def test_grad_in_inference() -> None:
+    facts = {"forwards": 30, "forwards_with_grad": 30, "backwards": 0}
+    assert grad_in_inference.evaluate(window(facts=facts)) is not None
+    assert grad_in_inference.evaluate(window(facts={**facts, "backwards": 30})) is None
+    assert grad_in_inference.evaluate(window(facts={**facts, "forwards_with_grad": 0})) is None
+    assert grad_in_inference.evaluate(window(facts={"forwards": 10, "forwards_with_grad": 10, "backwards": 0})) is None
+
+
+def test_data_parallel() -> None:
+    assert data_parallel.evaluate(window(facts={"data_parallel": True})).remedies == ("ddp",)  # type: ignore[union-attr]
+    assert data_parallel.evaluate(window(facts={"data_parallel": False})) is None
+
+
+def test_gpu_throttled_over_ten_percent_of_samples() -> None:
+    hot = gpus(n=8, reasons=("hw-thermal",)) + gpus(n=12, t0=20 * 10**9)
+    idle_only = gpus(n=20, reasons=("gpu-idle",))
+    assert gpu_throttled.evaluate(window(gpus=hot)) is not None
+    assert gpu_throttled.evaluate(window(gpus=idle_only)) is None
+
+
+def test_straggler_rank() -> None:
+    by_pid = {1: steps(pid=1, wall_ms=10), 2: steps(pid=2, wall_ms=10), 3: steps(pid=3, wall_ms=15)}
+    w = window(steps=by_pid[1], steps_by_pid=by_pid, facts_by_pid={3: {"rank": "2"}})
+    finding = straggler.evaluate(w)
+    assert finding is not None and "rank 2" in finding.evidence
+    even = {1: by_pid[1], 2: by_pid[2]}
+    assert straggler.evaluate(window(steps=by_pid[1], steps_by_pid=even)) is None
+
+
+def test_a_healthy_window_has_no_findings() -> None:
+    assert diagnose(window(gpus=gpus(util=95), facts={"device": "cpu"})) == []
+
+
+def test_findings_rank_by_severity_then_gain() -> None:
+    w = window(steps=steps(loader_ms=3.0, syncs=3), facts={**LOADER, "data_parallel": True})
+    found = diagnose(w)
+    assert [f.severity for f in found] == sorted((f.severity for f in found), key=["high", "medium", "low", "info"].index)
+    mediums = [f for f in found if f.severity == "medium"]
+    assert mediums[0].id == "input-bound"  # it has an estimated gain, the others none

@@ -1,0 +1,111 @@
+"""Step boundaries from hook events (the probe's StepClock), on hand-made sequences."""
+
+from __future__ import annotations
+
+from gpudoctor.probe import protocol
+from gpudoctor.probe.steps import StepClock
+
+
+def steps(clock: StepClock) -> list[dict[str, int]]:
+    clock.finish()
+    return [dict(zip(protocol.STEP_FIELDS, row, strict=True)) for row in clock.take()]
+
+
+def training_loop(clock: StepClock, n: int, accumulate: int = 1) -> None:
+    """loader wait 2, forward 3, backward 4, optimizer 1 (time units) per micro-step."""
+    t = 0
+    for i in range(n):
+        for _ in range(accumulate):
+            clock.loader_batch(t, t + 2, 32)
+            clock.forward_start(t + 2)
+            clock.forward_end(t + 2, t + 5)
+            clock.backward_done(t + 5, t + 9)
+            t += 9
+        clock.optimizer_done(t, t + 1, lead=True)
+        t += 1
+        del i
+
+
+def test_optimizer_steps_are_counted_once_each() -> None:
+    clock = StepClock()
+    training_loop(clock, 10)
+    out = steps(clock)
+    assert len(out) == 10
+    assert [s["index"] for s in out] == list(range(10))
+    steady = out[1:]
+    assert all(s["wall_ns"] == 10 for s in steady)
+    assert all((s["loader_ns"], s["forward_ns"], s["backward_ns"], s["optimizer_ns"]) == (2, 3, 4, 1) for s in steady)
+    assert all(s["batch_size"] == 32 for s in out)
+
+
+def test_gradient_accumulation_is_one_step_per_optimizer_step() -> None:
+    clock = StepClock()
+    training_loop(clock, 5, accumulate=4)
+    out = steps(clock)
+    assert len(out) == 5
+    assert out[-1]["forwards"] == 4
+    assert out[-1]["wall_ns"] == 4 * 9 + 1
+
+
+def test_second_optimizer_does_not_split_the_step() -> None:
+    clock = StepClock()
+    t = 0
+    for _ in range(6):
+        clock.forward_start(t)
+        clock.forward_end(t, t + 2)
+        clock.backward_done(t + 2, t + 4)
+        clock.optimizer_done(t + 4, t + 5, lead=True)
+        clock.forward_start(t + 5)  # the second model (a GAN's other half)
+        clock.forward_end(t + 5, t + 7)
+        clock.backward_done(t + 7, t + 9)
+        clock.optimizer_done(t + 9, t + 10, lead=False)
+        t += 10
+    assert len(steps(clock)) == 6
+
+
+def test_hand_written_sgd_falls_back_to_backward() -> None:
+    clock = StepClock()
+    t = 0
+    for _ in range(8):
+        clock.forward_start(t + 3)  # 3 units of input code before the model
+        clock.forward_end(t + 3, t + 5)
+        clock.backward_done(t + 5, t + 8)
+        t += 10  # 2 units of hand-written parameter update
+    out = steps(clock)
+    assert len(out) == 8
+    assert out[-1]["outside_ns"] == 5  # 2 after the backward + 3 before the forward
+    assert out[-1]["wall_ns"] == 10
+
+
+def test_inference_with_a_dataloader_steps_per_batch() -> None:
+    clock = StepClock()
+    t = 0
+    for _ in range(7):
+        clock.loader_batch(t, t + 4, 16)
+        clock.forward_start(t + 4)
+        clock.forward_end(t + 4, t + 9)
+        t += 10
+    out = steps(clock)
+    assert len(out) == 7
+    assert out[-1]["loader_ns"] == 4 and out[-1]["forward_ns"] == 5
+
+
+def test_forward_only_loop_steps_per_forward() -> None:
+    clock = StepClock()
+    for i in range(5):
+        clock.forward_start(i * 10)
+        clock.forward_end(i * 10, i * 10 + 6)
+    out = steps(clock)
+    assert len(out) == 5
+    assert out[-1]["outside_ns"] == 4
+
+
+def test_buffer_is_bounded_and_counts_drops() -> None:
+    from gpudoctor.probe import steps as steps_module
+
+    clock = StepClock()
+    limit = steps_module.MAX_BUFFERED_STEPS
+    training_loop(clock, limit + 50)
+    clock.finish()
+    assert len(clock.out) == limit
+    assert clock.dropped == 50
