@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"gpudoctor {__version__}")
     parser.add_argument("--store", type=Path, help=store_help)
-    sub = parser.add_subparsers(dest="command_name", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command_name", metavar="COMMAND", parser_class=_Parser)
 
     def add(name: str, help: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help)

@@ -1,9 +1,15 @@
-"""A job that reads every sample from disk, uncached: each sample is two 1 MiB
-blocks read with O_DIRECT (bypassing the page cache, as a cold dataset on a network
-or spinning disk would be), so the loader sits in disk sleep while the model waits.
+"""A job that reads every sample from a busy disk, uncached: each sample is two
+1 MiB records at random places, read with O_DIRECT (bypassing the page cache, as a
+cold dataset too big for memory would be), while another tenant streams writes to the
+same disk (a checkpoint, a neighbour's job). The loader sits in disk sleep while the
+model waits.
 
-Demonstrates: slow-storage (keep the data on a local SSD, preprocess, memory-map).
-The data file (128 MiB) is written to --data-dir first and removed at the end.
+Demonstrates: slow-storage (keep the data on a local SSD, preprocess, memory-map) where
+the disk is really slow (a spinning or network disk). On a fast local SSD, or a virtual
+disk served from the host's cache, the reads are quick: the report then says
+input-bound, which is the truth on such a machine.
+The data file (128 MiB) and the neighbour's scratch file (up to 256 MiB) are written
+to --data-dir and removed at the end.
 """
 
 from __future__ import annotations
@@ -11,6 +17,8 @@ from __future__ import annotations
 import mmap
 import os
 import random
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -21,7 +29,8 @@ from torch.utils.data import DataLoader, Dataset
 from _common import mlp, parser
 
 BLOCK = 1 << 20
-FILE_BLOCKS = 128
+FILE_BLOCKS = 128  # 128 MiB
+READS_PER_SAMPLE = 2
 
 
 class DiskDataset(Dataset[tuple[torch.Tensor, int]]):
@@ -30,6 +39,7 @@ class DiskDataset(Dataset[tuple[torch.Tensor, int]]):
         self.size = size
         self.fd: int | None = None
         self.direct = True
+        self.buf: mmap.mmap | None = None  # page-aligned, as O_DIRECT requires
 
     def __len__(self) -> int:
         return self.size
@@ -40,26 +50,42 @@ class DiskDataset(Dataset[tuple[torch.Tensor, int]]):
                 self.fd = os.open(self.path, os.O_RDONLY | os.O_DIRECT)
             except OSError:  # a filesystem without O_DIRECT (tmpfs): drop the cache instead
                 self.fd, self.direct = os.open(self.path, os.O_RDONLY), False
-        buf = mmap.mmap(-1, BLOCK)
+        if self.buf is None:
+            self.buf = mmap.mmap(-1, BLOCK)
+        buf = self.buf
         if not self.direct:
             os.posix_fadvise(self.fd, offset, BLOCK, os.POSIX_FADV_DONTNEED)
         os.preadv(self.fd, [buf], offset)
-        return bytes(buf[:2048])
+        return bytes(buf[:256])
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         rng = random.Random(index)
-        chunks = [self._read(rng.randrange(FILE_BLOCKS) * BLOCK) for _ in range(2)]
+        chunks = [self._read(rng.randrange(FILE_BLOCKS) * BLOCK) for _ in range(READS_PER_SAMPLE)]
         raw = torch.frombuffer(bytearray(b"".join(chunks)[:512]), dtype=torch.uint8)
         return raw.float() / 255.0, index % 10
 
 
+NEIGHBOUR = """
+import mmap, os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | getattr(os, "O_DIRECT", 0), 0o600)
+buf = mmap.mmap(-1, 1 << 20)
+buf.write(os.urandom(1 << 20))
+offset = 0
+while True:
+    os.pwritev(fd, [buf], offset)
+    offset = (offset + (1 << 20)) % (256 << 20)
+"""
+
+
 def main() -> None:
-    p = parser(__doc__.splitlines()[0], steps=40, batch_size=16)
+    p = parser(__doc__.splitlines()[0], steps=40, batch_size=8)
     p.add_argument("--data-dir", default=os.environ.get("SAMPLE_DATA_DIR", tempfile.gettempdir()))
     args = p.parse_args()
     torch.manual_seed(args.seed)
     device = torch.device(args.device)
     fd, path = tempfile.mkstemp(prefix="slow-storage-", suffix=".bin", dir=args.data_dir)
+    scratch = path + ".neighbour"
+    neighbour = None
     try:
         with os.fdopen(fd, "wb") as f:
             for _ in range(FILE_BLOCKS):
@@ -88,7 +114,12 @@ def main() -> None:
                 break
         print(f"slow_storage: {step} steps in {time.perf_counter() - start:.1f} s")
     finally:
-        os.unlink(path)
+        if neighbour is not None:
+            neighbour.kill()
+            neighbour.wait()
+        for leftover in (path, scratch):
+            if os.path.exists(leftover):
+                os.unlink(leftover)
 
 
 if __name__ == "__main__":

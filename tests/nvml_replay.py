@@ -19,6 +19,8 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def decode(item: dict[str, Any]) -> Any:
+    if "unrecorded" in item:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
     if "error" in item:
         raise pynvml.NVMLError(item["error"])
     if "value" in item:

@@ -1,0 +1,111 @@
+"""Bad input gets one clear line on stderr and the right exit code, never a traceback;
+the simple commands do what their help says."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import PY, doctor, finding_ids, run_job
+
+
+def one_line_error(proc, code: int = 2) -> str:  # type: ignore[no-untyped-def]
+    assert proc.returncode == code, (proc.returncode, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["run", "--bogus", "--", "true"], "unrecognized arguments: --bogus"),
+        (["run", "--headless"], "no command given"),
+        (["run", "--headless", "--max-seconds", "-3", "--", "true"], "must be positive"),
+        (["run", "--headless", "--report", "out.txt", "--", "true"], ".json or .md"),
+        (["run", "--headless", "--report", "/no/such/dir/r.json", "--", "true"], "no such folder"),
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+        (["report", "abc"], "not a session id"),
+        (["report", "999"], "no session 999"),
+        (["report", "--format", "pdf", "1"], "invalid choice: 'pdf'"),
+        (["remedies", "--lang", "fr"], "invalid choice: 'fr'"),
+    ],
+)
+def test_usage_errors(args: list[str], expected: str) -> None:
+    assert expected in one_line_error(doctor(*args))
+
+
+def test_command_not_found_is_127() -> None:
+    line = one_line_error(doctor("run", "--headless", "--", "no-such-command-xyz"), 127)
+    assert line == "gpudoctor: command not found: no-such-command-xyz"
+
+
+def test_not_executable_is_126(tmp_path: Path) -> None:
+    script = tmp_path / "train.sh"
+    script.write_text("echo hi\n")
+    assert "permission denied" in one_line_error(doctor("run", "--headless", "--", str(script)), 126)
+
+
+def test_an_unreadable_store_is_refused_before_the_job_starts(tmp_path: Path) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a database\n" * 50)
+    marker = tmp_path / "ran"
+    proc = doctor("--store", str(notes), "run", "--headless", "--", "touch", str(marker))
+    assert "cannot use the session store" in one_line_error(proc)
+    assert not marker.exists()
+    assert notes.read_text() == "not a database\n" * 50
+    assert "cannot use the session store" in one_line_error(doctor("--store", str(notes), "history"))
+
+
+def test_a_job_that_exits_at_once_passes_its_code_through(tmp_path: Path) -> None:
+    proc, report = run_job(tmp_path, "-c", "import sys; sys.exit(3)")
+    assert proc.returncode == 3
+    assert report["exit_code"] == 3 and report["ended_by"] == "exit"
+    assert report["steps"]["count"] == 0
+    assert any("never imported torch" in n or "no torch" in n for n in report["notes"])
+
+
+def test_a_script_that_never_imports_torch(tmp_path: Path) -> None:
+    script = tmp_path / "plain.py"
+    script.write_text("import time\nprint('plain job')\ntime.sleep(2.5)\n")
+    proc, report = run_job(tmp_path, script)
+    assert proc.returncode == 0 and "plain job" in proc.stdout
+    assert report["findings"] == []
+    assert report["host"]["samples"] >= 1
+    assert "no torch" in report["notes"][0]
+
+
+def test_history_and_report_rebuild_the_same_findings(tmp_path: Path) -> None:
+    script = tmp_path / "crash.py"
+    script.write_text("import torch\nraise RuntimeError('DefaultCPUAllocator: can\\'t allocate memory: you tried')\n")
+    proc, report = run_job(tmp_path, script)
+    assert proc.returncode == 1 and finding_ids(report) == ["out-of-memory"]
+    history = doctor("history")
+    assert history.returncode == 0
+    assert f"{report['session']:>4}" in history.stdout and "oom (1)" in history.stdout
+    rebuilt = doctor("report", str(report["session"]), "--format", "json")
+    assert rebuilt.returncode == 0
+    again = json.loads(rebuilt.stdout)
+    assert again["findings"] == report["findings"] and again["steps"] == report["steps"]
+    markdown = doctor("report", "last")
+    assert markdown.returncode == 0 and "**out-of-memory** (high)" in markdown.stdout
+
+
+def test_remedies_in_both_languages() -> None:
+    en = doctor("remedies", "--lang", "en")
+    zh = doctor("remedies", "--lang", "zh")
+    assert en.returncode == zh.returncode == 0
+    for rid in ("more-workers", "pin-memory", "amp", "ddp", "no-grad", "torch-compile"):
+        assert f"{rid}:" in en.stdout and f"{rid}:" in zh.stdout
+    assert "guide: [dataloader]" in en.stdout
+    assert "指南: [dataloader]" in zh.stdout and "锁页" in zh.stdout
+
+
+def test_version_and_help_are_quick_and_clean() -> None:
+    proc = doctor("--help")
+    assert proc.returncode == 0 and "run" in proc.stdout and "remedies" in proc.stdout
+    assert doctor("--version").stdout.startswith("gpudoctor ")
+    assert sys.executable == PY

@@ -1,0 +1,55 @@
+"""Each sample job under the real doctor (real subprocess, real torch on the CPU):
+its finding is the top one in its report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import SAMPLES, finding_ids, run_job
+
+TOP_FINDING = {
+    "dataloader_bound": "input-bound",
+    "handwritten_input": "input-bound",
+    "cpu_saturated": "cpu-saturated",
+    "eval_without_no_grad": "grad-in-inference",
+    "data_parallel": "data-parallel",
+    "many_small_ops": "not-compiled",
+}
+
+
+@pytest.mark.parametrize("job", sorted(TOP_FINDING))
+def test_sample_job_top_finding(job: str, tmp_path: Path) -> None:
+    proc, report = run_job(tmp_path, SAMPLES / f"{job}.py")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert finding_ids(report)[0] == TOP_FINDING[job], report["findings"]
+    assert report["ended_by"] == "exit" and report["steps"]["count"] > 20
+    top = report["findings"][0]
+    assert top["evidence"] and top["remedies"] and all(r["how"] for r in top["remedies"])
+
+
+def test_the_healthy_job_has_no_medium_or_high_finding(tmp_path: Path) -> None:
+    proc, report = run_job(tmp_path, SAMPLES / "healthy.py")
+    assert proc.returncode == 0
+    assert [f["id"] for f in report["findings"] if f["severity"] in ("high", "medium")] == []
+    assert report["steps"]["count"] == 100
+    assert report["steps"]["data_wait_fraction"] < 0.05
+
+
+def test_out_of_memory_counts_the_steps_before_the_crash(tmp_path: Path) -> None:
+    proc, report = run_job(tmp_path, SAMPLES / "out_of_memory.py")
+    assert proc.returncode == 1
+    assert finding_ids(report)[0] == "out-of-memory"
+    assert report["ended_by"] == "oom" and report["exit_code"] == 1
+    assert report["steps"]["count"] == 30
+    assert "DefaultCPUAllocator" in report["findings"][0]["evidence"]
+    assert "Traceback" in proc.stderr  # the job's own traceback, on its own stderr
+
+
+def test_input_bound_remedy_uses_the_scripts_own_flag(tmp_path: Path) -> None:
+    _, report = run_job(tmp_path, SAMPLES / "dataloader_bound.py", "--steps", "120")
+    top = report["findings"][0]
+    assert top["remedies"][0]["id"] == "more-workers"
+    assert "--num-workers" in top["remedies"][0]["how"]
+    assert report["facts"]["dataloaders"][0]["num_workers"] == 0
+    assert report["facts"]["script_options"]["--num-workers"]["value"] == 0
