@@ -48,7 +48,11 @@ def measure(job: list[str], seconds: float) -> dict[str, float]:
     assert cpu_at_startup is not None
     steady_cpu = (last[0] - cpu_at_startup[0]) / (last[1] - cpu_at_startup[1])
     total_cpu = last[0] / (last[1] - start)
-    return {"steady_pct": steady_cpu * 100, "total_pct": total_cpu * 100, "peak_rss_mb": peak_rss / 2**20}
+    return {
+        "steady_pct": steady_cpu * 100,
+        "total_pct": total_cpu * 100,
+        "peak_rss_mb": peak_rss / 2**20,
+    }
 
 
 def main() -> None:
@@ -63,11 +67,15 @@ def main() -> None:
             "--steps", "100000000", "--device", args.device,
         ],
     }  # fmt: skip
-    print(f"doctor cost, `gpudoctor run --headless` at 1 Hz for {args.seconds:.0f} s, {os.cpu_count()} cores")
+    print(
+        f"doctor cost, `gpudoctor run --headless` at 1 Hz for {args.seconds:.0f} s, {os.cpu_count()} cores"
+    )
     for name, job in jobs.items():
         r = measure(job, args.seconds)
-        print(f"  {name}: CPU {r['steady_pct']:.2f}% of one core after start-up "
-              f"({r['total_pct']:.2f}% in total), peak RSS {r['peak_rss_mb']:.1f} MB")
+        print(
+            f"  {name}: CPU {r['steady_pct']:.2f}% of one core after start-up "
+            f"({r['total_pct']:.2f}% in total), peak RSS {r['peak_rss_mb']:.1f} MB"
+        )
 
 
 if __name__ == "__main__":

@@ -59,11 +59,15 @@ def main() -> None:
             if len(times) >= total:
                 break
     steady = times[args.warmup :]
-    print(json.dumps({
-        "median_s": statistics.median(steady),
-        "median_cpu_s": statistics.median(cpu[args.warmup :]),  # this thread's CPU time
-        "steps": len(steady),
-    }))
+    print(
+        json.dumps(
+            {
+                "median_s": statistics.median(steady),
+                "median_cpu_s": statistics.median(cpu[args.warmup :]),  # this thread's CPU time
+                "steps": len(steady),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -28,17 +28,26 @@ from gpudoctor.session import probe_env  # noqa: E402
 from gpudoctor.sources.probe_server import ProbeServer  # noqa: E402
 
 SIZES = {  # name: loop_job arguments (CPU, one thread: a stable clock)
-    "cpu": {"~10 ms step": ["--hidden", "512", "--batch-size", "128"],
-            "~1 ms step": ["--hidden", "128", "--batch-size", "32"]},
-    "cuda": {"~10 ms step": ["--hidden", "4096", "--batch-size", "2048"],
-             "~1 ms step": ["--hidden", "2048", "--batch-size", "1024"]},
+    "cpu": {
+        "~10 ms step": ["--hidden", "512", "--batch-size", "128"],
+        "~1 ms step": ["--hidden", "128", "--batch-size", "32"],
+    },
+    "cuda": {
+        "~10 ms step": ["--hidden", "4096", "--batch-size", "2048"],
+        "~1 ms step": ["--hidden", "2048", "--batch-size", "1024"],
+    },
 }
 INPROCESS_STEPS = {"~10 ms step": "1500", "~1 ms step": "8000"}
 
 
 def run(args: list[str], env: dict[str, str]) -> tuple[float, float]:
-    out = subprocess.run([sys.executable, str(ROOT / "bench" / "loop_job.py"), *args],
-                         env=env, check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "loop_job.py"), *args],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     result = json.loads(out.strip().splitlines()[-1])
     time.sleep(0.5)  # let the previous interpreter's exit finish before the next run
     return float(result["median_s"]), float(result["median_cpu_s"])
@@ -46,9 +55,11 @@ def run(args: list[str], env: dict[str, str]) -> tuple[float, float]:
 
 def line(label: str, base: list[float], probe: list[float]) -> str:
     b, q = statistics.median(base), statistics.median(probe)
-    return (f"{label}: without {b * 1e3:.3f} ms, with probe {q * 1e3:.3f} ms, "
-            f"ratio {q / b:.4f} ({(q / b - 1) * 100:+.2f}%), "
-            f"fixed cost {(q - b) * 1e6:+.1f} us/step")
+    return (
+        f"{label}: without {b * 1e3:.3f} ms, with probe {q * 1e3:.3f} ms, "
+        f"ratio {q / b:.4f} ({(q / b - 1) * 100:+.2f}%), "
+        f"fixed cost {(q - b) * 1e6:+.1f} us/step"
+    )
 
 
 def main() -> None:
@@ -75,8 +86,10 @@ def main() -> None:
     thread.start()
     plain = dict(os.environ)
     probed = probe_env(server.path)
-    print(f"probe overhead, device={args.device}, {args.reps} alternating runs per arm, "
-          f"{args.steps} steps each (job's own median step)")
+    print(
+        f"probe overhead, device={args.device}, {args.reps} alternating runs per arm, "
+        f"{args.steps} steps each (job's own median step)"
+    )
     for name, sizes in SIZES[args.device].items():
         job = [*sizes, "--steps", str(args.steps), "--device", args.device]
         base, probe = [], []
@@ -91,9 +104,21 @@ def main() -> None:
     print("  in one process, steps alternating between the probe's hooks in place and removed:")
     for name, sizes in SIZES[args.device].items():
         out = subprocess.run(
-            [sys.executable, str(ROOT / "bench" / "probe_inprocess.py"), "--socket", server.path,
-             "--device", args.device, "--steps", INPROCESS_STEPS[name], *sizes],
-            check=True, capture_output=True, text=True).stdout
+            [
+                sys.executable,
+                str(ROOT / "bench" / "probe_inprocess.py"),
+                "--socket",
+                server.path,
+                "--device",
+                args.device,
+                "--steps",
+                INPROCESS_STEPS[name],
+                *sizes,
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
         r = json.loads(out.strip().splitlines()[-1])
         print(f"  {name}")
         print("    " + line("wall", [r["none"]["wall"]], [r["probe"]["wall"]]))

@@ -15,7 +15,6 @@ from gpudoctor.diagnosis.window import Window
 from gpudoctor.model import GpuSample, HostSample, JobExit, StepRecord
 from gpudoctor.probe import protocol
 
-
 BATCH = protocol.STEP_FIELDS.index("batch_size")
 # A week-long run must not grow the doctor without bound: the timeline keeps the most
 # recent samples and steps (the store keeps them all); counts stay exact.

@@ -30,9 +30,7 @@ def step_range(args: argparse.Namespace) -> Iterator[int]:
     """0, 1, 2, ...: --steps of them, or as many as --seconds allows."""
     start = time.perf_counter()
     step = 0
-    while (
-        step < args.steps if args.seconds is None else time.perf_counter() - start < args.seconds
-    ):
+    while step < args.steps if args.seconds is None else time.perf_counter() - start < args.seconds:
         yield step
         step += 1
 

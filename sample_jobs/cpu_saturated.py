@@ -41,7 +41,11 @@ def main() -> None:
         loss.backward()
         optimizer.step()
         step += 1
-        if step >= args.steps if args.seconds is None else time.perf_counter() - start >= args.seconds:
+        if (
+            step >= args.steps
+            if args.seconds is None
+            else time.perf_counter() - start >= args.seconds
+        ):
             break
     print(
         f"cpu_saturated: {step} steps with {args.num_workers} workers in "

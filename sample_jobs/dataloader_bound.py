@@ -57,7 +57,11 @@ def main() -> None:
         loss.backward()
         optimizer.step()
         step += 1
-        if step >= args.steps if args.seconds is None else time.perf_counter() - start >= args.seconds:
+        if (
+            step >= args.steps
+            if args.seconds is None
+            else time.perf_counter() - start >= args.seconds
+        ):
             break
     print(f"dataloader_bound: {step} steps in {time.perf_counter() - start:.1f} s")
 

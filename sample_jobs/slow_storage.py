@@ -1,13 +1,12 @@
-"""A job that reads every sample from a busy disk, uncached: each sample is two
-1 MiB records at random places, read with O_DIRECT (bypassing the page cache, as a
+"""A job that reads every sample from a busy disk, uncached: each sample is sixteen
+64 KiB records at random places, read with O_DIRECT (bypassing the page cache, as a
 cold dataset too big for memory would be), while another tenant streams writes to the
 same disk (a checkpoint, a neighbour's job). The loader sits in disk sleep while the
 model waits.
 
-Demonstrates: slow-storage (keep the data on a local SSD, preprocess, memory-map) where
-the disk is really slow (a spinning or network disk). On a fast local SSD, or a virtual
-disk served from the host's cache, the reads are quick: the report then says
-input-bound, which is the truth on such a machine.
+Demonstrates: slow-storage (keep the data on a local SSD, preprocess, memory-map).
+Without the busy neighbour, a fast local disk serves these reads quickly and the report
+says input-bound instead, which is the truth on such a machine.
 The data file (128 MiB) and the neighbour's scratch file (up to 256 MiB) are written
 to --data-dir and removed at the end.
 """
@@ -28,9 +27,9 @@ from torch.utils.data import DataLoader, Dataset
 
 from _common import mlp, parser
 
-BLOCK = 1 << 20
-FILE_BLOCKS = 128  # 128 MiB
-READS_PER_SAMPLE = 2
+BLOCK = 64 << 10
+FILE_BLOCKS = 2048  # 128 MiB
+READS_PER_SAMPLE = 16
 
 
 class DiskDataset(Dataset[tuple[torch.Tensor, int]]):
@@ -56,7 +55,7 @@ class DiskDataset(Dataset[tuple[torch.Tensor, int]]):
         if not self.direct:
             os.posix_fadvise(self.fd, offset, BLOCK, os.POSIX_FADV_DONTNEED)
         os.preadv(self.fd, [buf], offset)
-        return bytes(buf[:256])
+        return bytes(buf[:32])
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         rng = random.Random(index)
@@ -78,7 +77,7 @@ while True:
 
 
 def main() -> None:
-    p = parser(__doc__.splitlines()[0], steps=40, batch_size=8)
+    p = parser(__doc__.splitlines()[0], steps=100, batch_size=8)
     p.add_argument("--data-dir", default=os.environ.get("SAMPLE_DATA_DIR", tempfile.gettempdir()))
     args = p.parse_args()
     torch.manual_seed(args.seed)
@@ -92,6 +91,7 @@ def main() -> None:
                 f.write(os.urandom(BLOCK))
             f.flush()
             os.fsync(f.fileno())
+        neighbour = subprocess.Popen([sys.executable, "-c", NEIGHBOUR, scratch])
         loader = DataLoader(
             DiskDataset(path, 100_000),
             batch_size=args.batch_size,
@@ -110,7 +110,11 @@ def main() -> None:
             loss.backward()
             optimizer.step()
             step += 1
-            if step >= args.steps if args.seconds is None else time.perf_counter() - start >= args.seconds:
+            if (
+                step >= args.steps
+                if args.seconds is None
+                else time.perf_counter() - start >= args.seconds
+            ):
                 break
         print(f"slow_storage: {step} steps in {time.perf_counter() - start:.1f} s")
     finally:

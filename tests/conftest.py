@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from gpudoctor.model import JobExit
 from gpudoctor.store import apply_record
 from gpudoctor.timeline import Timeline
-from gpudoctor.model import JobExit
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_jobs"
@@ -36,9 +36,13 @@ def doctor(*args: str, timeout: float = 120, **kwargs: Any) -> subprocess.Comple
     )
 
 
-def run_job(tmp_path: Path, script: Path | str, *job_args: str, doctor_args: tuple[str, ...] = ()) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+def run_job(
+    tmp_path: Path, script: Path | str, *job_args: str, doctor_args: tuple[str, ...] = ()
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     report = tmp_path / f"report-{Path(script).stem}.json"
-    proc = doctor("run", "--headless", "--report", str(report), *doctor_args, "--", PY, str(script), *job_args)
+    proc = doctor(
+        "run", "--headless", "--report", str(report), *doctor_args, "--", PY, str(script), *job_args
+    )
     assert report.exists(), proc.stderr[-3000:]
     return proc, json.loads(report.read_text())
 
@@ -51,7 +55,9 @@ def load_recorded_session(name: str) -> Timeline:
     """A session recorded on a real GPU (scripts/gpu_checks.sh), replayed from its records."""
     data = json.loads(gzip.decompress((FIXTURES / f"gpu_session_{name}.json.gz").read_bytes()))
     s = data["session"]
-    timeline = Timeline(json.loads(s["command"]), s["started_unix"], s["start_mono_ns"], gpu_reason=s["gpu_reason"])
+    timeline = Timeline(
+        json.loads(s["command"]), s["started_unix"], s["start_mono_ns"], gpu_reason=s["gpu_reason"]
+    )
     for kind, _t, record in data["records"]:
         apply_record(timeline, kind, record)
     timeline.end_mono_ns = s["end_mono_ns"]

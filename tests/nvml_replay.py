@@ -102,7 +102,10 @@ def _const_name(function: str, value: Any) -> str:
     }
     prefix = prefixes[function]
     for const in dir(pynvml):
-        wanted = function != "nvmlDeviceGetClockInfo" or const in ("NVML_CLOCK_SM", "NVML_CLOCK_MEM")
+        wanted = function != "nvmlDeviceGetClockInfo" or const in (
+            "NVML_CLOCK_SM",
+            "NVML_CLOCK_MEM",
+        )
         if wanted and const.startswith(prefix) and getattr(pynvml, const) == value:
             return const
     raise KeyError((function, value))

@@ -46,7 +46,9 @@ def test_command_not_found_is_127() -> None:
 def test_not_executable_is_126(tmp_path: Path) -> None:
     script = tmp_path / "train.sh"
     script.write_text("echo hi\n")
-    assert "permission denied" in one_line_error(doctor("run", "--headless", "--", str(script)), 126)
+    assert "permission denied" in one_line_error(
+        doctor("run", "--headless", "--", str(script)), 126
+    )
 
 
 def test_an_unreadable_store_is_refused_before_the_job_starts(tmp_path: Path) -> None:
@@ -57,7 +59,9 @@ def test_an_unreadable_store_is_refused_before_the_job_starts(tmp_path: Path) ->
     assert "cannot use the session store" in one_line_error(proc)
     assert not marker.exists()
     assert notes.read_text() == "not a database\n" * 50
-    assert "cannot use the session store" in one_line_error(doctor("--store", str(notes), "history"))
+    assert "cannot use the session store" in one_line_error(
+        doctor("--store", str(notes), "history")
+    )
 
 
 def test_a_job_that_exits_at_once_passes_its_code_through(tmp_path: Path) -> None:
@@ -80,7 +84,9 @@ def test_a_script_that_never_imports_torch(tmp_path: Path) -> None:
 
 def test_history_and_report_rebuild_the_same_findings(tmp_path: Path) -> None:
     script = tmp_path / "crash.py"
-    script.write_text("import torch\nraise RuntimeError('DefaultCPUAllocator: can\\'t allocate memory: you tried')\n")
+    script.write_text(
+        "import torch\nraise RuntimeError('DefaultCPUAllocator: can\\'t allocate memory: you tried')\n"
+    )
     proc, report = run_job(tmp_path, script)
     assert proc.returncode == 1 and finding_ids(report) == ["out-of-memory"]
     history = doctor("history")

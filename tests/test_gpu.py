@@ -35,9 +35,23 @@ def test_live_nvml_reader_reads_every_default_field() -> None:
 
 def _doctor(tmp_path: Path, job: str, *job_args: str) -> dict:
     report = tmp_path / f"{job}.json"
-    cmd = [sys.executable, "-m", "gpudoctor", "--store", str(tmp_path / "s.db"), "run",
-           "--headless", "--report", str(report), "--", sys.executable,
-           str(ROOT / "sample_jobs" / f"{job}.py"), "--device", "cuda", *job_args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "gpudoctor",
+        "--store",
+        str(tmp_path / "s.db"),
+        "run",
+        "--headless",
+        "--report",
+        str(report),
+        "--",
+        sys.executable,
+        str(ROOT / "sample_jobs" / f"{job}.py"),
+        "--device",
+        "cuda",
+        *job_args,
+    ]
     subprocess.run(cmd, check=True, timeout=120)
     return json.loads(report.read_text())
 

@@ -23,7 +23,9 @@ def python(code: str) -> str:
 
 def test_core_modules_do_not_load_textual_or_torch() -> None:
     for module in CORE:
-        loaded = python(f"import sys, {module}; print([m for m in ('textual', 'torch') if m in sys.modules])")
+        loaded = python(
+            f"import sys, {module}; print([m for m in ('textual', 'torch') if m in sys.modules])"
+        )
         assert loaded == "[]", module
 
 
@@ -40,7 +42,11 @@ def test_probe_loads_alone_through_its_boot_folder(tmp_path: Path) -> None:
     """The job's Python may not have gpudoctor installed: the probe needs none of it."""
     boot = ROOT / "gpudoctor" / "probe" / "boot"
     code = "import sys; print(sorted(m for m in sys.modules if 'gpudoctor' in m))"
-    env = {"PYTHONPATH": str(boot), "GPUDOCTOR_SOCKET": str(tmp_path / "none.sock"), "PATH": "/usr/bin:/bin"}
+    env = {
+        "PYTHONPATH": str(boot),
+        "GPUDOCTOR_SOCKET": str(tmp_path / "none.sock"),
+        "PATH": "/usr/bin:/bin",
+    }
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, env=env, cwd=tmp_path).stdout  # fmt: skip
     modules = eval(out)  # noqa: S307 - our own printed list

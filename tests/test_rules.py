@@ -112,7 +112,9 @@ def test_pageable_copies() -> None:
     finding = pageable_copies.evaluate(window(steps=steps(pageable=2), facts=LOADER))
     assert finding is not None and finding.remedies == ("pin-memory", "non-blocking")
     pinned = {"dataloaders": [{"pin_memory": True}]}
-    assert pageable_copies.evaluate(window(steps=steps(pageable=1), facts=pinned)).remedies == ("non-blocking",)  # type: ignore[union-attr]
+    assert pageable_copies.evaluate(window(steps=steps(pageable=1), facts=pinned)).remedies == (
+        "non-blocking",
+    )  # type: ignore[union-attr]
     assert pageable_copies.evaluate(window(steps=steps(pageable=0))) is None
 
 
@@ -133,7 +135,12 @@ def test_low_gpu_util_names_its_causes() -> None:
 def test_small_batch_needs_idle_gpu_spare_memory_and_no_input_wait() -> None:
     assert small_batch.evaluate(window(gpus=gpus(util=20, mem_fraction=0.2))) is not None
     assert small_batch.evaluate(window(gpus=gpus(util=20, mem_fraction=0.7))) is None
-    assert small_batch.evaluate(window(gpus=gpus(util=20, mem_fraction=0.2), steps=steps(loader_ms=3.0))) is None
+    assert (
+        small_batch.evaluate(
+            window(gpus=gpus(util=20, mem_fraction=0.2), steps=steps(loader_ms=3.0))
+        )
+        is None
+    )
     assert small_batch.evaluate(window(gpus=gpus(util=90, mem_fraction=0.2))) is None
     w = window(gpus=gpus(util=20, mem_fraction=0.2))
     assert ids(w)[:2] == ["small-batch", "low-gpu-util"]
@@ -149,10 +156,16 @@ def test_no_mixed_precision() -> None:
 
 def test_out_of_memory_from_the_exit_or_a_rank() -> None:
     assert out_of_memory.evaluate(window(exit=oom_exit())).severity == "high"  # type: ignore[union-attr]
-    end = {"oom": True, "exception_type": "OutOfMemoryError", "exception_message": "CUDA out of memory"}
+    end = {
+        "oom": True,
+        "exception_type": "OutOfMemoryError",
+        "exception_message": "CUDA out of memory",
+    }
     assert out_of_memory.evaluate(window(ends={JOB_PID: end})) is not None
     assert out_of_memory.evaluate(window()) is None
-    assert ids(window(exit=oom_exit(), steps=steps(loader_ms=9.0), facts=LOADER))[0] == "out-of-memory"
+    assert (
+        ids(window(exit=oom_exit(), steps=steps(loader_ms=9.0), facts=LOADER))[0] == "out-of-memory"
+    )
 
 
 def test_memory_pressure_by_peak_and_by_retries() -> None:
@@ -163,7 +176,10 @@ def test_memory_pressure_by_peak_and_by_retries() -> None:
     once = [{"peak_reserved": int(total * 0.5), "alloc_retries": n} for n in (0, 1, 1, 1)]
     assert memory_pressure.evaluate(window(facts=cuda_facts(), gauges=tuple(peak))) is not None
     assert memory_pressure.evaluate(window(facts=cuda_facts(), gauges=tuple(calm))) is None
-    assert memory_pressure.evaluate(window(facts=cuda_facts(), gauges=tuple(retrying))).severity == "high"  # type: ignore[union-attr]
+    assert (
+        memory_pressure.evaluate(window(facts=cuda_facts(), gauges=tuple(retrying))).severity
+        == "high"
+    )  # type: ignore[union-attr]
     assert memory_pressure.evaluate(window(facts=cuda_facts(), gauges=tuple(once))) is None
 
 
@@ -173,15 +189,30 @@ def test_not_compiled_heuristic() -> None:
     long_ops = window(steps=steps(forward_ms=8.0), facts=facts)  # 100 us per leaf
     assert not_compiled.evaluate(short_ops) is not None
     assert not_compiled.evaluate(long_ops) is None
-    assert not_compiled.evaluate(window(steps=steps(forward_ms=1.6), facts={**facts, "compiled": True})) is None
-    assert not_compiled.evaluate(window(steps=steps(forward_ms=1.6), facts={**facts, "torch_version": "1.13.1"})) is None
+    assert (
+        not_compiled.evaluate(
+            window(steps=steps(forward_ms=1.6), facts={**facts, "compiled": True})
+        )
+        is None
+    )
+    assert (
+        not_compiled.evaluate(
+            window(steps=steps(forward_ms=1.6), facts={**facts, "torch_version": "1.13.1"})
+        )
+        is None
+    )
 
 
 def test_cudnn_benchmark_off_needs_convs_on_cuda_with_one_shape() -> None:
     facts = cuda_facts(conv_layers=3, input_shapes=[[64, 3, 32, 32]])
     assert cudnn_benchmark_off.evaluate(window(facts=facts)) is not None
     assert cudnn_benchmark_off.evaluate(window(facts={**facts, "cudnn_benchmark": True})) is None
-    assert cudnn_benchmark_off.evaluate(window(facts={**facts, "input_shapes": [[64, 3, 32, 32], [64, 3, 48, 48]]})) is None
+    assert (
+        cudnn_benchmark_off.evaluate(
+            window(facts={**facts, "input_shapes": [[64, 3, 32, 32], [64, 3, 48, 48]]})
+        )
+        is None
+    )
     assert cudnn_benchmark_off.evaluate(window(facts={**facts, "device": "cpu"})) is None
 
 
@@ -190,7 +221,12 @@ def test_grad_in_inference() -> None:
     assert grad_in_inference.evaluate(window(facts=facts)) is not None
     assert grad_in_inference.evaluate(window(facts={**facts, "backwards": 30})) is None
     assert grad_in_inference.evaluate(window(facts={**facts, "forwards_with_grad": 0})) is None
-    assert grad_in_inference.evaluate(window(facts={"forwards": 10, "forwards_with_grad": 10, "backwards": 0})) is None
+    assert (
+        grad_in_inference.evaluate(
+            window(facts={"forwards": 10, "forwards_with_grad": 10, "backwards": 0})
+        )
+        is None
+    )
 
 
 def test_data_parallel() -> None:
@@ -221,6 +257,8 @@ def test_a_healthy_window_has_no_findings() -> None:
 def test_findings_rank_by_severity_then_gain() -> None:
     w = window(steps=steps(loader_ms=3.0, syncs=3), facts={**LOADER, "data_parallel": True})
     found = diagnose(w)
-    assert [f.severity for f in found] == sorted((f.severity for f in found), key=["high", "medium", "low", "info"].index)
+    assert [f.severity for f in found] == sorted(
+        (f.severity for f in found), key=["high", "medium", "low", "info"].index
+    )
     mediums = [f for f in found if f.severity == "medium"]
     assert mediums[0].id == "input-bound"  # it has an estimated gain, the others none

@@ -12,6 +12,7 @@ TOP_FINDING = {
     "dataloader_bound": "input-bound",
     "handwritten_input": "input-bound",
     "cpu_saturated": "cpu-saturated",
+    "slow_storage": "slow-storage",
     "eval_without_no_grad": "grad-in-inference",
     "data_parallel": "data-parallel",
     "many_small_ops": "not-compiled",
@@ -20,7 +21,8 @@ TOP_FINDING = {
 
 @pytest.mark.parametrize("job", sorted(TOP_FINDING))
 def test_sample_job_top_finding(job: str, tmp_path: Path) -> None:
-    proc, report = run_job(tmp_path, SAMPLES / f"{job}.py")
+    extra = ("--data-dir", str(tmp_path)) if job == "slow_storage" else ()
+    proc, report = run_job(tmp_path, SAMPLES / f"{job}.py", *extra)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert finding_ids(report)[0] == TOP_FINDING[job], report["findings"]
     assert report["ended_by"] == "exit" and report["steps"]["count"] > 20

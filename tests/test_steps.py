@@ -34,7 +34,10 @@ def test_optimizer_steps_are_counted_once_each() -> None:
     assert [s["index"] for s in out] == list(range(10))
     steady = out[1:]
     assert all(s["wall_ns"] == 10 for s in steady)
-    assert all((s["loader_ns"], s["forward_ns"], s["backward_ns"], s["optimizer_ns"]) == (2, 3, 4, 1) for s in steady)
+    assert all(
+        (s["loader_ns"], s["forward_ns"], s["backward_ns"], s["optimizer_ns"]) == (2, 3, 4, 1)
+        for s in steady
+    )
     assert all(s["batch_size"] == 32 for s in out)
 
 

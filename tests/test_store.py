@@ -21,7 +21,12 @@ def test_a_session_round_trips_through_the_store(tmp_path: Path) -> None:
     g = gpus(n=1, reasons=("sw-power-cap",))[0]
     store.add(sid, "host", h.t_mono_ns, encode(h))
     store.add(sid, "gpu", g.t_mono_ns, [encode(g)])
-    message = {"v": 1, "pid": 7, "steps": [[0, 10, 10, 1, 0, 2, 3, 1, 1, 32, 0, 0]], "facts": {"device": "cpu"}}
+    message = {
+        "v": 1,
+        "pid": 7,
+        "steps": [[0, 10, 10, 1, 0, 2, 3, 1, 1, 32, 0, 0]],
+        "facts": {"device": "cpu"},
+    }
     store.add_raw(sid, "probe", 6_000, json.dumps(message))
     store.commit()
     store.finish(sid, 9_000, JobExit(0, "exit"), {"steps": 1})

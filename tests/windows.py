@@ -12,10 +12,21 @@ S = 1_000_000_000
 JOB_PID = 4242
 
 
-def steps(n: int = 40, wall_ms: float = 10.0, loader_ms: float = 0.0, outside_ms: float = 0.0,
-          forward_ms: float = 3.0, backward_ms: float = 4.0, optimizer_ms: float = 1.0,
-          syncs: int = 0, pageable: int = 0, batch: int | None = 32, pid: int = JOB_PID,
-          forwards: int = 1, t0: int = 10 * S) -> tuple[StepRecord, ...]:
+def steps(
+    n: int = 40,
+    wall_ms: float = 10.0,
+    loader_ms: float = 0.0,
+    outside_ms: float = 0.0,
+    forward_ms: float = 3.0,
+    backward_ms: float = 4.0,
+    optimizer_ms: float = 1.0,
+    syncs: int = 0,
+    pageable: int = 0,
+    batch: int | None = 32,
+    pid: int = JOB_PID,
+    forwards: int = 1,
+    t0: int = 10 * S,
+) -> tuple[StepRecord, ...]:
     out = []
     t = t0
     for i in range(n):
@@ -29,9 +40,16 @@ def steps(n: int = 40, wall_ms: float = 10.0, loader_ms: float = 0.0, outside_ms
     return tuple(out)
 
 
-def host(n: int = 10, job_cores: float = 1.0, cores: int = 2, iowait: float = 0.0,
-         status: str = "running", t0: int = 10 * S, cpu_pct: float | None = None,
-         spacing_ns: int = 40 * MS) -> tuple[HostSample, ...]:
+def host(
+    n: int = 10,
+    job_cores: float = 1.0,
+    cores: int = 2,
+    iowait: float = 0.0,
+    status: str = "running",
+    t0: int = 10 * S,
+    cpu_pct: float | None = None,
+    spacing_ns: int = 40 * MS,
+) -> tuple[HostSample, ...]:
     """Samples spread over the default steps (a real run samples once a second over
     a longer run; the rules care about the share of samples, not their rate)."""
     per_core = cpu_pct if cpu_pct is not None else min(100.0, job_cores / cores * 100)
@@ -47,8 +65,14 @@ def host(n: int = 10, job_cores: float = 1.0, cores: int = 2, iowait: float = 0.
     )  # fmt: skip
 
 
-def gpus(n: int = 20, util: int = 95, mem_fraction: float = 0.8, reasons: tuple[str, ...] = (),
-         t0: int = 16 * S, cc: tuple[int, int] = (9, 0)) -> tuple[GpuSample, ...]:
+def gpus(
+    n: int = 20,
+    util: int = 95,
+    mem_fraction: float = 0.8,
+    reasons: tuple[str, ...] = (),
+    t0: int = 16 * S,
+    cc: tuple[int, int] = (9, 0),
+) -> tuple[GpuSample, ...]:
     total = 80 << 30
     return tuple(
         GpuSample(
@@ -82,4 +106,6 @@ def cuda_facts(**extra: Any) -> dict[str, Any]:
 
 
 def oom_exit() -> JobExit:
-    return JobExit(1, "oom", None, "OutOfMemoryError", "CUDA out of memory. Tried to allocate 2.00 GiB")
+    return JobExit(
+        1, "oom", None, "OutOfMemoryError", "CUDA out of memory. Tried to allocate 2.00 GiB"
+    )
