@@ -88,12 +88,19 @@ def test_slow_storage_ranks_above_input_bound() -> None:
     assert ids(w)[:2] == ["slow-storage", "input-bound"]
 
 
-def test_cpu_saturated_when_the_job_fills_the_allowed_cores() -> None:
-    busy = window(steps=steps(loader_ms=5.0), host=host(job_cores=1.95, cores=2), facts=LOADER)
-    idle = window(steps=steps(loader_ms=5.0), host=host(job_cores=1.0, cores=2), facts=LOADER)
+def test_cpu_saturated_when_the_workers_fill_the_allowed_cores() -> None:
+    workers = {"dataloaders": [{"num_workers": 2, "pin_memory": False}]}
+    busy = window(steps=steps(loader_ms=5.0), host=host(job_cores=1.95, cores=2), facts=workers)
+    idle = window(steps=steps(loader_ms=5.0), host=host(job_cores=1.0, cores=2), facts=workers)
     assert cpu_saturated.evaluate(busy) is not None
     assert cpu_saturated.evaluate(idle) is None
     assert ids(busy)[0] == "cpu-saturated"
+    # no workers yet: the cores look full (spinning compute threads), more workers is the fix
+    no_workers = window(
+        steps=steps(loader_ms=5.0), host=host(job_cores=1.95, cores=2), facts=LOADER
+    )
+    assert cpu_saturated.evaluate(no_workers) is None
+    assert ids(no_workers)[0] == "input-bound"
 
 
 def test_more_workers_is_not_offered_when_every_core_has_one() -> None:

@@ -80,6 +80,15 @@ def test_hand_written_sgd_falls_back_to_backward() -> None:
     assert out[-1]["wall_ns"] == 10
 
 
+def test_tensor_code_without_modules_steps_per_backward() -> None:
+    clock = StepClock()
+    for i in range(6):
+        clock.backward_done(i * 10 + 7, i * 10 + 9)
+    out = steps(clock)
+    assert len(out) == 6
+    assert [s["wall_ns"] for s in out[1:]] == [10] * 5
+
+
 def test_inference_with_a_dataloader_steps_per_batch() -> None:
     clock = StepClock()
     t = 0

@@ -157,9 +157,22 @@ class Probe:
     def _flush_locked(self, end: dict[str, Any] | None) -> None:
         if self.channel.dead:
             return
-        self._refresh_facts()
-        steps = self.clock.take()
+        # each part on its own: whatever breaks, the rest (and the errors) still go out
+        try:
+            self._refresh_facts()
+        except Exception as exc:
+            self.error("facts", exc)
+        try:
+            steps = self.clock.take()
+        except Exception as exc:
+            steps = []
+            self.error("take", exc)
         gauges = self._gauges()
+        try:
+            dropped = int(self.clock.dropped) + self.channel.dropped_messages
+        except Exception as exc:
+            dropped = self.channel.dropped_messages
+            self.error("dropped", exc)
         chunks = [
             steps[i : i + protocol.MAX_STEPS_PER_MESSAGE]
             for i in range(0, len(steps), protocol.MAX_STEPS_PER_MESSAGE)
@@ -177,7 +190,6 @@ class Probe:
                     message["gauges"] = gauges
                 if self.unsent_errors:
                     message["errors"], self.unsent_errors = self.unsent_errors, []
-                dropped = self.clock.dropped + self.channel.dropped_messages
                 if dropped:
                     message["dropped"] = dropped
                 if end is not None:
@@ -238,7 +250,10 @@ class Probe:
             return
         self.ended = True
         try:
-            self.clock.finish()
+            try:
+                self.clock.finish()
+            except Exception as exc:
+                self.error("finish", exc)
             end: dict[str, Any] = {"t": now()}
             exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
             if exc is not None:

@@ -174,6 +174,10 @@ class StepClock:
             self._end_candidate(t1, self.rank if self.rank else RANK_FORWARD)
 
     def backward_done(self, t0: int, t1: int) -> None:
+        if self.pending_end is not None:
+            if self.rank >= RANK_BACKWARD:  # no model call since the step ended
+                self._emit(self.pending_end)  # (tensor code with no nn.Module): a new step
+            self.pending_end = None  # else the forward's end was not the step's end
         if self.last_end is None:
             self.last_end = t0
         self.backward += t1 - t0

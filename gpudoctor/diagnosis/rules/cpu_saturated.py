@@ -9,13 +9,20 @@ from gpudoctor.model import Finding
 # DESIGN.md section 4: the job's processes use more than 90% of the allowed cores.
 # (No external anchor: more workers cannot help once the cores are full.)
 SATURATED_FRACTION = 0.90
+# Only once the loading already runs in worker processes: with none, the main process's
+# compute threads (which spin while they wait, so they look busy) fill the cores, yet
+# workers are exactly what helps; input-bound says so.
+MIN_WORKERS = 1
 MIN_SAMPLES = 3
 
 ID = "cpu-saturated"
 
 
 def evaluate(w: Window) -> Finding | None:
-    if not is_input_bound(w):
+    if not is_input_bound(w) or not w.uses_dataloader:
+        return None
+    loaders = w.facts.get("dataloaders") or [{}]
+    if int(loaders[0].get("num_workers") or 0) < MIN_WORKERS:
         return None
     hosts = w.steady_host
     if len(hosts) < MIN_SAMPLES:

@@ -1,0 +1,210 @@
+"""What the probe promises a job (DESIGN.md section 3), each tried for real."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import PY, env_without_probe, run_job
+
+pytestmark = pytest.mark.timeout(240)
+
+# A deterministic job that prints as it trains: its output is its result.
+DETERMINISTIC = """
+    import sys, time, torch
+    from torch.utils.data import DataLoader, TensorDataset
+    torch.manual_seed(0)
+    data = DataLoader(TensorDataset(torch.randn(2048, 16), torch.randint(0, 3, (2048,))), batch_size=32, shuffle=True)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    steps = int(sys.argv[1]) if len(sys.argv) > 1 else 64
+    pause = float(sys.argv[2]) if len(sys.argv) > 2 else 0.0
+    n = 0
+    while n < steps:
+        for x, y in data:
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad(); loss.backward(); opt.step()
+            n += 1
+            if n % 8 == 0:
+                print(f"step {n} loss {loss.item():.6f}", flush=True)
+            time.sleep(pause)
+            if n == steps:
+                break
+    print("finished", flush=True)
+"""
+
+
+def job(tmp_path: Path) -> Path:
+    path = tmp_path / "deterministic.py"
+    path.write_text(textwrap.dedent(DETERMINISTIC))
+    return path
+
+
+def plain_output(script: Path, *args: str) -> str:
+    return subprocess.run([PY, str(script), *args], capture_output=True, text=True, check=True,
+                          env=env_without_probe()).stdout  # fmt: skip
+
+
+def start_doctor(tmp_path: Path, *args: str, out: Path) -> subprocess.Popen[bytes]:
+    with open(out, "wb") as stdout:
+        return subprocess.Popen(
+            [
+                PY,
+                "-m",
+                "gpudoctor",
+                "run",
+                "--headless",
+                "--report",
+                str(tmp_path / "r.json"),
+                "--",
+                *args,
+            ],  # fmt: skip
+            stdout=stdout,
+            stderr=subprocess.DEVNULL,
+        )
+
+
+def the_job(doctor: subprocess.Popen[bytes], timeout: float = 30) -> psutil.Process:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for child in psutil.Process(doctor.pid).children():
+            try:
+                if "GPUDOCTOR_SOCKET" in child.environ():
+                    return child
+            except psutil.Error:
+                pass
+        time.sleep(0.05)
+    raise AssertionError("the job did not start")
+
+
+def wait_gone(process: psutil.Process, timeout: float = 120) -> None:
+    """Until a process that is not our child has ended (a zombie counts: its parent
+    may be stopped, or killed, and not reap it at once)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if process.status() == psutil.STATUS_ZOMBIE:
+                return
+        except psutil.NoSuchProcess:
+            return
+        assert time.monotonic() < deadline, "the job did not end"
+        time.sleep(0.1)
+
+
+def wait_for_line(path: Path, text: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in path.read_text(errors="replace"):
+        assert time.monotonic() < deadline, f"{text!r} never appeared"
+        time.sleep(0.05)
+
+
+def test_results_are_the_same_under_the_doctor(tmp_path: Path) -> None:
+    script = job(tmp_path)
+    proc, report = run_job(tmp_path, script)
+    assert proc.returncode == 0
+    assert proc.stdout == plain_output(script)
+    assert report["steps"]["count"] == 64
+
+
+def test_sigkill_of_the_doctor_leaves_the_job_running_to_the_same_end(tmp_path: Path) -> None:
+    script = job(tmp_path)
+    expected = plain_output(script, "160", "0.02")
+    out = tmp_path / "out.txt"
+    doctor = start_doctor(tmp_path, PY, str(script), "160", "0.02", out=out)
+    the_job_process = the_job(doctor)
+    wait_for_line(out, "step 16 ")
+    doctor.send_signal(signal.SIGKILL)
+    doctor.wait()
+    wait_gone(the_job_process)  # not our child: no exit code to read, the output tells
+    assert out.read_text() == expected
+
+
+def test_a_stopped_doctor_never_blocks_the_job(tmp_path: Path) -> None:
+    """The doctor frozen (SIGSTOP): its socket fills, the probe drops and counts."""
+    script = job(tmp_path)
+    out = tmp_path / "out.txt"
+    doctor = start_doctor(tmp_path, PY, str(script), "3000", out=out)
+    the_job_process = the_job(doctor)
+    wait_for_line(out, "step 8 ")
+    doctor.send_signal(signal.SIGSTOP)
+    try:
+        wait_gone(the_job_process)  # it finishes while nobody listens
+        assert out.read_text().endswith("finished\n")
+    finally:
+        doctor.send_signal(signal.SIGCONT)
+    assert doctor.wait(timeout=60) == 0
+    assert out.read_text().endswith("finished\n")
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["exit_code"] == 0
+
+
+def test_garbage_on_the_probe_socket_changes_nothing(tmp_path: Path) -> None:
+    script = job(tmp_path)
+    out = tmp_path / "out.txt"
+    doctor = start_doctor(tmp_path, PY, str(script), "200", "0.01", out=out)
+    path = the_job(doctor).environ()["GPUDOCTOR_SOCKET"]
+    wait_for_line(out, "step 8 ")
+    sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    for payload in (b"\xde\xad\xbe\xef", b"{}", b'{"v": 1, "pid": 1, "steps": [["x"]]}', b"null"):
+        sender.sendto(payload, path)
+    assert doctor.wait(timeout=120) == 0
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["probe"]["bad_messages"] == 4
+    assert report["steps"]["count"] == 200
+    assert any("malformed" in n for n in report["notes"])
+
+
+def test_a_probe_failure_is_swallowed_and_reported_once(tmp_path: Path) -> None:
+    script = tmp_path / "sabotage.py"
+    script.write_text(
+        textwrap.dedent("""
+        import sys, torch
+        probe = sys.modules["_gpudoctor_probe.agent"].PROBE
+        class Broken:
+            def __getattr__(self, name):
+                raise RuntimeError("sabotaged " + name)
+        model = torch.nn.Linear(4, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        probe.clock = Broken()  # every hook that touches the clock now fails
+        for _ in range(30):
+            loss = model(torch.randn(3, 4)).sum(); opt.zero_grad(); loss.backward(); opt.step()
+        print("trained through it")
+    """)
+    )
+    proc, report = run_job(tmp_path, script)
+    assert proc.returncode == 0 and "trained through it" in proc.stdout
+    errors = report["probe"]["errors"]
+    places = [e.split(": ")[1] for e in errors]
+    assert sorted(places) == sorted(set(places))  # once per place, not once per step
+    assert any("sabotaged" in e for e in errors)
+
+
+def test_sigint_reaches_the_job_and_the_report_is_written(tmp_path: Path) -> None:
+    script = job(tmp_path)
+    out = tmp_path / "out.txt"
+    doctor = start_doctor(tmp_path, PY, str(script), "100000", "0.01", out=out)
+    the_job(doctor)
+    wait_for_line(out, "step 16 ")
+    os.kill(doctor.pid, signal.SIGINT)  # as `kill -INT`; a terminal's Ctrl-C reaches both
+    assert doctor.wait(timeout=60) == 130
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["ended_by"] == "signal" and report["exit_code"] == 130
+    assert report["steps"]["count"] >= 16
+
+
+def test_max_seconds_stops_the_job_politely(tmp_path: Path) -> None:
+    script = job(tmp_path)
+    started = time.monotonic()
+    proc, report = run_job(tmp_path, script, "100000", "0.01", doctor_args=("--max-seconds", "6"))
+    assert time.monotonic() - started < 40
+    assert proc.returncode == 0
+    assert report["ended_by"] == "max-seconds" and report["exit_code"] == 130
+    assert report["steps"]["count"] > 20
