@@ -255,12 +255,12 @@ class Probe:
             except Exception as exc:
                 self.error("finish", exc)
             end: dict[str, Any] = {"t": now()}
-            exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
-            if exc is not None:
-                end["exception_type"] = type(exc).__name__
-                end["exception_message"] = str(exc)[:500]
-                end["oom"] = is_oom(exc)
-            if self.flusher is not None or exc is not None:
+            died_of = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+            if died_of is not None:
+                end["exception_type"] = type(died_of).__name__
+                end["exception_message"] = str(died_of)[:500]
+                end["oom"] = is_oom(died_of)
+            if self.flusher is not None or died_of is not None:
                 self.flush(end)
         except Exception:
             pass  # interpreter shutdown: nothing left to report to
