@@ -1,9 +1,13 @@
-"""Probe overhead inside one process, step by step: the same training loop with the
-probe's hooks installed and active on even steps and entirely removed on odd steps
-(the originals put back), so both arms share the interpreter, the allocator, the
-caches and the machine's moment. Medians of each arm's step times.
+"""Probe overhead inside one process: the same training loop with the probe's hooks
+installed and active, and entirely removed (the originals put back), alternating every
+`--block` steps, so both arms share the interpreter, the allocator, the caches and the
+machine's moment. Medians of each arm's step times.
 
-    python bench/probe_inprocess.py --socket PATH [--hidden 128 --batch-size 32] [--steps 8000]
+    python bench/probe_inprocess.py --socket PATH [--hidden 128 --batch-size 32] [--steps 8000] [--block 1]
+
+With --block 1 the arms alternate step by step (the least drift, but every switch
+re-patches classes, which costs the interpreter's caches a little on both sides);
+a larger block switches rarely.
 
 Run by bench/probe_overhead.py. Prints JSON.
 """
@@ -47,6 +51,7 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--steps", type=int, default=8000)
     p.add_argument("--device", default="cpu")
+    p.add_argument("--block", type=int, default=1)
     args = p.parse_args()
     load_probe(args.socket)  # before torch, as the boot folder would
 
@@ -129,9 +134,12 @@ def main() -> None:
         "probe": {"wall": [], "cpu": []},
         "none": {"wall": [], "cpu": []},
     }
+    current = None
     for i in range(2 * args.steps):
-        arm = "probe" if i % 2 == 0 else "none"
-        install(arm == "probe")
+        arm = "probe" if (i // args.block) % 2 == 0 else "none"
+        if arm != current:
+            install(arm == "probe")
+            current = arm
         t, c = time.perf_counter(), time.thread_time()
         step()
         arms[arm]["wall"].append(time.perf_counter() - t)

@@ -101,28 +101,19 @@ def main() -> None:
         print("    " + line("main-thread CPU", [b[1] for b in base], [q[1] for q in probe]))
         print(f"    wall per run without: {[round(b[0] * 1e3, 3) for b in base]}")
         print(f"    wall per run with:    {[round(q[0] * 1e3, 3) for q in probe]}")
-    print("  in one process, steps alternating between the probe's hooks in place and removed:")
-    for name, sizes in SIZES[args.device].items():
-        out = subprocess.run(
-            [
-                sys.executable,
-                str(ROOT / "bench" / "probe_inprocess.py"),
-                "--socket",
-                server.path,
-                "--device",
-                args.device,
-                "--steps",
-                INPROCESS_STEPS[name],
-                *sizes,
-            ],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-        r = json.loads(out.strip().splitlines()[-1])
-        print(f"  {name}")
-        print("    " + line("wall", [r["none"]["wall"]], [r["probe"]["wall"]]))
-        print("    " + line("main-thread CPU", [r["none"]["cpu"]], [r["probe"]["cpu"]]))
+    for block in (1, 100):
+        print(
+            f"  in one process, the probe's hooks in place and removed, switching every {block} step(s):"
+        )
+        for name, sizes in SIZES[args.device].items():
+            cmd = [sys.executable, str(ROOT / "bench" / "probe_inprocess.py"), "--socket", server.path,
+                   "--device", args.device, "--steps", INPROCESS_STEPS[name], "--block", str(block),
+                   *sizes]  # fmt: skip
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+            r = json.loads(out.strip().splitlines()[-1])
+            print(f"  {name}")
+            print("    " + line("wall", [r["none"]["wall"]], [r["probe"]["wall"]]))
+            print("    " + line("main-thread CPU", [r["none"]["cpu"]], [r["probe"]["cpu"]]))
     stop.set()
     thread.join()
     server.close()
