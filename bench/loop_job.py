@@ -10,10 +10,28 @@ import argparse
 import json
 import statistics
 import time
+from typing import Any
 
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
+
+
+def make_job(
+    hidden: int, batch_size: int, device: torch.device
+) -> tuple[Any, nn.Module, Any, nn.Module]:
+    """The benchmark's training setup: loader, model, optimizer, loss (shared with
+    bench/probe_inprocess.py, which times the same loop in one process)."""
+    torch.manual_seed(0)
+    n = batch_size * 64
+    data = TensorDataset(torch.randn(n, hidden), torch.randint(0, 10, (n,)))
+    loader = DataLoader(data, batch_size=batch_size, shuffle=True, drop_last=True)
+    model = nn.Sequential(
+        nn.Linear(hidden, hidden), nn.ReLU(),
+        nn.Linear(hidden, hidden), nn.ReLU(),
+        nn.Linear(hidden, 10),
+    ).to(device)  # fmt: skip
+    return loader, model, torch.optim.SGD(model.parameters(), lr=0.01), nn.CrossEntropyLoss()
 
 
 def main() -> None:
@@ -26,18 +44,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
     device = torch.device(args.device)
-    n = args.batch_size * 64
-    data = TensorDataset(torch.randn(n, args.hidden), torch.randint(0, 10, (n,)))
-    loader = DataLoader(data, batch_size=args.batch_size, shuffle=True, drop_last=True)
-    model = nn.Sequential(
-        nn.Linear(args.hidden, args.hidden), nn.ReLU(),
-        nn.Linear(args.hidden, args.hidden), nn.ReLU(),
-        nn.Linear(args.hidden, 10),
-    ).to(device)  # fmt: skip
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    criterion = nn.CrossEntropyLoss()
+    loader, model, optimizer, criterion = make_job(args.hidden, args.batch_size, device)
     times: list[float] = []
     cpu: list[float] = []
     total = args.steps + args.warmup

@@ -56,26 +56,15 @@ def main() -> None:
     load_probe(args.socket)  # before torch, as the boot folder would
 
     import torch
-    from torch import nn
     from torch.optim import optimizer as optim_mod
-    from torch.utils.data import DataLoader, TensorDataset
     from torch.utils.data import dataloader as dl
 
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from loop_job import make_job  # after the probe: torch must load under it
+
     torch.set_num_threads(1)
-    torch.manual_seed(0)
     device = torch.device(args.device)
-    n = args.batch_size * 64
-    loader = DataLoader(
-        TensorDataset(torch.randn(n, args.hidden), torch.randint(0, 10, (n,))),
-        batch_size=args.batch_size, shuffle=True, drop_last=True,
-    )  # fmt: skip
-    model = nn.Sequential(
-        nn.Linear(args.hidden, args.hidden), nn.ReLU(),
-        nn.Linear(args.hidden, args.hidden), nn.ReLU(),
-        nn.Linear(args.hidden, 10),
-    ).to(device)  # fmt: skip
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    criterion = nn.CrossEntropyLoss()
+    loader, model, optimizer, criterion = make_job(args.hidden, args.batch_size, device)
 
     def batches() -> Any:
         while True:

@@ -181,7 +181,6 @@ def cmd_run(args: argparse.Namespace) -> int:
             session.signal_job(signum)
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    tty = sys.stderr.isatty()
 
     def on_tick(timeline: Any) -> None:
         line = status_line(timeline)
@@ -199,7 +198,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             signal.signal(sig, handler)
         session.close()
         store.close()
-    _print_findings(report, tty)
+    _print_findings(report)
     if report_path is not None:
         text = (
             reports.to_json(report)
@@ -221,7 +220,7 @@ def _terminal_delivered() -> bool:
         return False
 
 
-def _print_findings(report: dict[str, Any], tty: bool) -> None:
+def _print_findings(report: dict[str, Any]) -> None:
     from gpudoctor.report import status_words
 
     s = report["steps"]

@@ -116,7 +116,8 @@ class Probe:
     def go_discovered(self) -> None:
         """The roots are known: drop the global module hooks, keep the roots' own."""
         for handle in self.global_hooks:
-            handle.remove()
+            with contextlib.suppress(Exception):
+                handle.remove()
         self.global_hooks = []
         self.depth = 0
 
@@ -138,11 +139,9 @@ class Probe:
                 self.go_dormant()
 
     def go_dormant(self) -> None:
+        """The doctor is gone: every hook returns at once from now on."""
         self.active = False
-        for handle in self.global_hooks:
-            with contextlib.suppress(Exception):
-                handle.remove()
-        self.global_hooks = []
+        self.go_discovered()
 
     def flush(self, end: dict[str, Any] | None = None) -> None:
         if not self.lock.acquire(timeout=1.0):
