@@ -70,12 +70,6 @@ class StepClock:
 
     # -- step boundaries ---------------------------------------------------------------
 
-    def _end_candidate(self, t: int, rank: int) -> None:
-        if rank > self.rank:
-            self.rank = rank
-        if rank >= self.rank:
-            self.pending_end = t
-
     def _emit(self, t_end: int) -> None:
         start = self.last_end if self.last_end is not None else t_end
         row = (
@@ -140,9 +134,9 @@ class StepClock:
 
     # -- events from the hooks ------------------------------------------------------
 
-    # The hooks below run in every step of the job: the boundary logic of
-    # _begin_activity and _end_candidate is written out in them (a call costs more
-    # than the work).
+    # The hooks below run in every step of the job: each writes out its own boundary
+    # logic (committing a pending end, raising the rank) rather than calling a shared
+    # helper, since a call costs more than the work.
 
     def loader_batch(self, t0: int, t1: int, batch_size: int) -> None:
         if self.rank < RANK_LOADER:
@@ -170,8 +164,10 @@ class StepClock:
     def forward_end(self, t0: int, t1: int) -> None:
         self.forward += t1 - t0
         self.forwards += 1
-        if self.rank <= RANK_LOADER:
-            self._end_candidate(t1, self.rank if self.rank else RANK_FORWARD)
+        if self.rank <= RANK_LOADER:  # inference: the forward's end may end the step
+            if not self.rank:
+                self.rank = RANK_FORWARD
+            self.pending_end = t1
 
     def backward_done(self, t0: int, t1: int) -> None:
         if self.pending_end is not None:
