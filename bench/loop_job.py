@@ -18,12 +18,12 @@ from torch.utils.data import DataLoader, TensorDataset
 
 
 def make_job(
-    hidden: int, batch_size: int, device: torch.device
+    hidden: int, batch_size: int, device: torch.device, epoch_batches: int = 64
 ) -> tuple[Any, nn.Module, Any, nn.Module]:
     """The benchmark's training setup: loader, model, optimizer, loss (shared with
     bench/probe_inprocess.py, which times the same loop in one process)."""
     torch.manual_seed(0)
-    n = batch_size * 64
+    n = batch_size * epoch_batches
     data = TensorDataset(torch.randn(n, hidden), torch.randint(0, 10, (n,)))
     loader = DataLoader(data, batch_size=batch_size, shuffle=True, drop_last=True)
     model = nn.Sequential(
@@ -70,12 +70,21 @@ def main() -> None:
     print(
         json.dumps(
             {
-                "median_s": statistics.median(steady),
-                "median_cpu_s": statistics.median(cpu[args.warmup :]),  # this thread's CPU time
+                "mean_s": trimmed_mean(steady),
+                "mean_cpu_s": trimmed_mean(cpu[args.warmup :]),  # this thread's CPU time
                 "steps": len(steady),
             }
         )
     )
+
+
+def trimmed_mean(values: list[float], cut: float = 0.01) -> float:
+    """The mean without the 1% slowest and fastest: a mean, since the probe measures one
+    step in several in detail and the cost is their average; trimmed, since this machine
+    now and then stalls a step for milliseconds."""
+    ordered = sorted(values)
+    k = int(len(ordered) * cut)
+    return statistics.fmean(ordered[k : len(ordered) - k] if k else ordered)
 
 
 if __name__ == "__main__":

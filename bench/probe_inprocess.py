@@ -1,7 +1,7 @@
 """Probe overhead inside one process: the same training loop with the probe's hooks
 installed and active, and entirely removed (the originals put back), alternating every
 `--block` steps, so both arms share the interpreter, the allocator, the caches and the
-machine's moment. Medians of each arm's step times.
+machine's moment. Trimmed means of each arm's step times (loop_job.trimmed_mean).
 
     python bench/probe_inprocess.py --socket PATH [--hidden 128 --batch-size 32] [--steps 8000] [--block 1]
 
@@ -18,7 +18,6 @@ import argparse
 import importlib.util
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -40,7 +39,11 @@ def load_probe(socket_path: str) -> Any:
     return sys.modules["_gpudoctor_probe.agent"].PROBE
 
 
-def closure(fn: Any, name: str) -> Any:
+def unwrapped(fn: Any, name: str) -> Any:
+    """The original behind one of the probe's wrappers (or fn itself: between the steps
+    it measures in detail, the probe has the originals in place)."""
+    if name not in fn.__code__.co_freevars:
+        return fn
     return fn.__closure__[fn.__code__.co_freevars.index(name)].cell_contents
 
 
@@ -60,11 +63,15 @@ def main() -> None:
     from torch.utils.data import dataloader as dl
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from loop_job import make_job  # after the probe: torch must load under it
+    from loop_job import make_job, trimmed_mean  # after the probe: torch must load under it
 
     torch.set_num_threads(1)
     device = torch.device(args.device)
-    loader, model, optimizer, criterion = make_job(args.hidden, args.batch_size, device)
+    # An odd number of batches per epoch: the step that starts an epoch (a new iterator,
+    # a shuffle) is slower, and must fall on both arms alike, not always on the same one.
+    loader, model, optimizer, criterion = make_job(
+        args.hidden, args.batch_size, device, epoch_batches=63
+    )
 
     def batches() -> Any:
         while True:
@@ -82,48 +89,47 @@ def main() -> None:
         if device.type == "cuda":
             torch.cuda.synchronize()
 
-    for _ in range(20):  # warm-up: the probe finds the root module, drops its global hooks
+    for _ in range(40):  # warm-up: the probe finds the root module, drops its global hooks,
+        # and has measured its first steps in full (FULL_STEPS)
         step()
 
-    # the two states: the probe's hooks in place, or the originals back
+    # The two states: the probe's hooks in place, or the originals back. The probe
+    # switches its own hooks on and off between the steps it measures in detail and
+    # those it only counts: switching it off saves everything as the probe left it,
+    # switching it on puts that back (the probe does not run in between).
     it_cls = dl._BaseDataLoaderIter
-    probed = {
-        "next": it_cls.__next__,
-        "backward": torch.autograd.backward,
-        "pre": dict(model._forward_pre_hooks),
-        "post": dict(model._forward_hooks),
-        "post_always": dict(model._forward_hooks_always_called),
-        "opt_pre": dict(optim_mod._global_optimizer_pre_hooks),
-        "opt_post": dict(optim_mod._global_optimizer_post_hooks),
+    plain_next = unwrapped(it_cls.__next__, "original_next")
+    plain_backward = unwrapped(torch.autograd.backward, "original")
+    tables = {
+        "opt_pre": optim_mod._global_optimizer_pre_hooks,
+        "opt_post": optim_mod._global_optimizer_post_hooks,
+        "module_pre": model._forward_pre_hooks,
+        "module_post": model._forward_hooks,
+        "module_post_always": model._forward_hooks_always_called,
     }
-    plain_next = closure(probed["next"], "original_next")
-    plain_backward = closure(probed["backward"], "original")
+    saved: dict[str, Any] = {}
 
     def install(on: bool) -> None:
-        it_cls.__next__ = probed["next"] if on else plain_next
-        torch.autograd.backward = probed["backward"] if on else plain_backward
-        for attr, key in (
-            ("_forward_pre_hooks", "pre"),
-            ("_forward_hooks", "post"),
-            ("_forward_hooks_always_called", "post_always"),
-        ):
-            hooks = getattr(model, attr)
-            hooks.clear()
-            if on:
-                hooks.update(probed[key])
-        for store, key in (
-            (optim_mod._global_optimizer_pre_hooks, "opt_pre"),
-            (optim_mod._global_optimizer_post_hooks, "opt_post"),
-        ):
-            store.clear()
-            if on:
-                store.update(probed[key])
+        if on:
+            it_cls.__next__ = saved["next"]
+            torch.autograd.backward = saved["backward"]
+            for key, table in tables.items():
+                table.clear()
+                table.update(saved[key])
+        else:
+            saved["next"] = it_cls.__next__
+            saved["backward"] = torch.autograd.backward
+            it_cls.__next__ = plain_next
+            torch.autograd.backward = plain_backward
+            for key, table in tables.items():
+                saved[key] = dict(table)
+                table.clear()
 
     arms: dict[str, dict[str, list[float]]] = {
         "probe": {"wall": [], "cpu": []},
         "none": {"wall": [], "cpu": []},
     }
-    current = None
+    current = "probe"
     for i in range(2 * args.steps):
         arm = "probe" if (i // args.block) % 2 == 0 else "none"
         if arm != current:
@@ -134,7 +140,7 @@ def main() -> None:
         arms[arm]["wall"].append(time.perf_counter() - t)
         arms[arm]["cpu"].append(time.thread_time() - c)
     install(True)
-    print(json.dumps({a: {k: statistics.median(v) for k, v in d.items()} for a, d in arms.items()}))
+    print(json.dumps({a: {k: trimmed_mean(v) for k, v in d.items()} for a, d in arms.items()}))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@
 
 For each step size, runs bench/loop_job.py alternately without the probe and with it
 (boot folder on PYTHONPATH, a live probe server receiving in this process), `--reps`
-times each, and reports the median step of each arm, the ratio and the fixed cost
+times each, and reports the mean step of each arm (trimmed: loop_job.trimmed_mean), the ratio and the fixed cost
 per step. Budget (DESIGN.md section 7): <= 1% of a 10 ms step, <= 20 us per step.
 """
 
@@ -50,7 +50,7 @@ def run(args: list[str], env: dict[str, str]) -> tuple[float, float]:
     ).stdout
     result = json.loads(out.strip().splitlines()[-1])
     time.sleep(0.5)  # let the previous interpreter's exit finish before the next run
-    return float(result["median_s"]), float(result["median_cpu_s"])
+    return float(result["mean_s"]), float(result["mean_cpu_s"])
 
 
 def line(label: str, base: list[float], probe: list[float]) -> str:
@@ -88,7 +88,7 @@ def main() -> None:
     probed = probe_env(server.path)
     print(
         f"probe overhead, device={args.device}, {args.reps} alternating runs per arm, "
-        f"{args.steps} steps each (job's own median step)"
+        f"{args.steps} steps each (job's own steps, trimmed mean; median of the runs)"
     )
     for name, sizes in SIZES[args.device].items():
         job = [*sizes, "--steps", str(args.steps), "--device", args.device]

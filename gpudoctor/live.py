@@ -20,12 +20,15 @@ def status_line(timeline: Timeline) -> str:
         recent = recent or [steps[-1]]
         wall = sum(s.wall_ns for s in recent)
         median_ms = statistics.median(s.wall_ns for s in recent) / 1e6
-        loader = sum(s.loader_ns for s in recent)
-        wait = loader if loader else sum(s.outside_ns for s in recent)
+        detailed = [s for s in recent if s.detail] or recent  # the probe samples
+        detailed_wall = sum(s.wall_ns for s in detailed)
+        loader = sum(s.loader_ns for s in detailed)
+        wait = loader if loader else sum(s.outside_ns for s in detailed)
         parts.append(f"step {median_ms:.1f} ms")
         if wall:
             parts.append(f"{len(recent) / (wall / 1e9):.1f}/s")
-            parts.append(f"data wait {wait / wall:.0%}")
+        if detailed_wall:
+            parts.append(f"data wait {wait / detailed_wall:.0%}")
     if timeline.gpus:
         last_t = timeline.gpus[-1].t_mono_ns
         utils = [g.util_gpu_pct for g in timeline.gpus if g.t_mono_ns == last_t]

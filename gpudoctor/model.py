@@ -106,6 +106,9 @@ class StepRecord(NamedTuple):
     batch_size: int | None
     syncs: int  # host syncs on CUDA tensors
     pageable_copies: int  # host-to-device copies from unpinned memory or blocking
+    # 1: measured in detail; 0: only counted and timed, its split fields are 0 and its
+    # batch_size None (the probe samples: see gpudoctor/probe/steps.py)
+    detail: int = 1
 
 
 @dataclass(frozen=True)

@@ -108,11 +108,13 @@ def _finding(f: Finding, facts: dict[str, Any], cores: int, lang: str) -> dict[s
 def _steps(w: Window) -> dict[str, Any]:
     steady = w.steady_steps
     walls = [s.wall_ns / 1e6 for s in steady]
-    batches = [s.batch_size for s in steady if s.batch_size]
+    # batch sizes are seen on the steps measured in detail (the probe samples)
+    detailed = w.detailed_steps
+    batches = [s.batch_size for s in detailed if s.batch_size]
     wall_s = w.step_wall_s
     samples_per_s = (
-        round(sum(batches) / wall_s, 2)
-        if batches and len(batches) == len(steady) and wall_s
+        round(statistics.fmean(batches) * len(steady) / wall_s, 2)
+        if batches and len(batches) == len(detailed) and wall_s
         else None
     )
     return {

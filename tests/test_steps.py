@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpudoctor.probe import protocol
-from gpudoctor.probe.steps import StepClock
+from gpudoctor.probe.steps import FULL_STEPS, SAMPLE_EVERY, SAMPLE_MAX_GAP_NS, StepClock
 
 
 def steps(clock: StepClock) -> list[dict[str, int]]:
@@ -121,3 +121,58 @@ def test_buffer_is_bounded_and_counts_drops() -> None:
     clock.finish()
     assert len(clock.out) == limit
     assert clock.dropped == 50
+
+
+def sampled_loop(clock: StepClock, n: int, step_ns: int = 10) -> None:
+    """As the probe drives the clock once sampling is on: a step measured in detail sees
+    every event; the ends of the counted ones are collected and handed over together."""
+    clock.sampling = True
+    t = 0
+    countdown, deadline, ends = 0, 0, []
+    for _ in range(n):
+        if countdown <= 0:
+            clock.loader_batch(t, t + 2, 32)
+            clock.forward_start(t + 2)
+            clock.forward_end(t + 2, t + 5)
+            clock.backward_done(t + 5, t + 9)
+            clock.optimizer_done(t + 9, t + step_ns, lead=True)
+            countdown, deadline = clock.plan_next(t + step_ns)
+        else:
+            ends.append(t + step_ns)
+            countdown -= 1
+            if countdown <= 0 or t + step_ns >= deadline:
+                clock.counted(ends)
+                countdown, ends = 0, []
+        t += step_ns
+    clock.counted(ends)
+
+
+def test_sampled_steps_are_all_counted_and_one_in_n_is_detailed() -> None:
+    clock = StepClock()
+    sampled_loop(clock, 200)
+    out = steps(clock)
+    assert [s["index"] for s in out] == list(range(200))
+    assert all(s["wall_ns"] == 10 for s in out[1:])
+    detailed = [s["index"] for s in out if s["detail"]]
+    after = list(range(FULL_STEPS - 1 + SAMPLE_EVERY, 200, SAMPLE_EVERY))
+    assert detailed == list(range(FULL_STEPS)) + after
+    for s in out[1:]:
+        parts = (s["loader_ns"], s["forward_ns"], s["backward_ns"], s["batch_size"])
+        assert parts == ((2, 3, 4, 32) if s["detail"] else (0, 0, 0, -1))
+
+
+def test_slow_steps_are_detailed_at_least_every_half_second() -> None:
+    clock = StepClock()
+    sampled_loop(clock, 60, step_ns=300_000_000)
+    out = steps(clock)
+    ends = [s["t_end_mono_ns"] for s in out if s["detail"]]
+    gaps = [b - a for a, b in zip(ends, ends[1:], strict=False)]
+    # the next detailed step starts with the first step after the deadline
+    assert max(gaps) <= SAMPLE_MAX_GAP_NS + 2 * 300_000_000
+    assert len(ends) < len(out)  # and still not every step
+
+
+def test_without_sampling_every_step_is_detailed() -> None:
+    clock = StepClock()
+    training_loop(clock, 100)
+    assert all(s["detail"] == 1 for s in steps(clock))

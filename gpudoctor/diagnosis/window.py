@@ -59,6 +59,13 @@ class Window:
         return steps[len(steps) // 2 :]
 
     @cached_property
+    def detailed_steps(self) -> tuple[StepRecord, ...]:
+        """The steady steps the probe measured in detail (it samples short steps): the
+        split and the data wait come from these; counts and step times from all."""
+        detailed = tuple(s for s in self.steady_steps if s.detail)
+        return detailed or self.steady_steps
+
+    @cached_property
     def step_wall_s(self) -> float:
         return sum(s.wall_ns for s in self.steady_steps) / 1e9
 
@@ -69,24 +76,25 @@ class Window:
 
     @cached_property
     def uses_dataloader(self) -> bool:
-        return any(s.loader_ns > 0 for s in self.steady_steps)
+        return any(s.loader_ns > 0 for s in self.detailed_steps)
 
     @cached_property
     def data_wait_fraction(self) -> float:
         """Share of step time waiting for input: inside DataLoader `__next__`, or for a
         job with no DataLoader, host time between a step's end and the next forward."""
-        wall = sum(s.wall_ns for s in self.steady_steps)
+        steps = self.detailed_steps
+        wall = sum(s.wall_ns for s in steps)
         if wall <= 0:
             return 0.0
         if self.uses_dataloader:
-            wait = sum(s.loader_ns for s in self.steady_steps)
+            wait = sum(s.loader_ns for s in steps)
         else:
-            wait = sum(s.outside_ns for s in self.steady_steps)
+            wait = sum(s.outside_ns for s in steps)
         return min(1.0, wait / wall)
 
     def split(self) -> dict[str, float]:
         """Where a step goes, as fractions of step time."""
-        steps = self.steady_steps
+        steps = self.detailed_steps
         wall = sum(s.wall_ns for s in steps)
         if wall <= 0:
             return {}

@@ -15,6 +15,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from . import ENV_SOCKET, protocol
@@ -59,6 +60,10 @@ class Probe:
         self.active = True
         self.torch: Any = None
         self.lock = threading.Lock()
+        # The hooks a counted step does without (see steps.py, sampling): each part is
+        # (attach, detach), registered by the hooks that own it; kept across a fork.
+        self.detail = True
+        self.detail_parts: list[tuple[Callable[[], None], Callable[[], None]]] = []
         self._fresh()
 
     def _fresh(self) -> None:
@@ -87,6 +92,10 @@ class Probe:
         self.fwd_t0 = 0
         self.opt_t0 = 0
         self.lead_optimizer: int | None = None
+        # sampling: the ends of the steps only counted, how many more to count, and by when
+        self.counted_ends: list[int] = []
+        self.countdown = 0
+        self.deadline = 0
         self.global_hooks: list[Any] = []
         self.discovery_calls = 0
         self.device_type = "cpu"
@@ -120,6 +129,28 @@ class Probe:
                 handle.remove()
         self.global_hooks = []
         self.depth = 0
+        self.clock.sampling = True
+
+    def end_counting(self) -> None:
+        """The counted steps are over: hand their ends to the clock, measure the next."""
+        ends, self.counted_ends = self.counted_ends, []
+        self.optimizer_steps += len(ends)
+        self.clock.counted(ends)
+        self.measure_next_step(True)
+
+    def measure_next_step(self, detail: bool) -> None:
+        """Switch the per-step hooks on for a step measured in detail, off for a counted
+        one: off, they are not there at all (the originals are back in place), so a
+        counted step runs only the optimizer's post-step hook. Switching is a few dict
+        and attribute assignments: registering hooks anew costs tens of microseconds."""
+        if detail == self.detail:
+            return
+        self.detail = detail
+        for attach, detach in self.detail_parts:
+            try:
+                attach() if detail else detach()
+            except Exception as exc:
+                self.error("sampling", exc)
 
     def touch(self) -> None:
         """First activity starts the flush thread (processes that never train send nothing)."""
@@ -142,6 +173,8 @@ class Probe:
         """The doctor is gone: every hook returns at once from now on."""
         self.active = False
         self.go_discovered()
+        self.lead_optimizer = None  # a counted step's hook checks nothing else
+        self.measure_next_step(True)  # the hooks back in place, each returning at once
 
     def flush(self, end: dict[str, Any] | None = None) -> None:
         if not self.lock.acquire(timeout=1.0):
@@ -250,6 +283,8 @@ class Probe:
         self.ended = True
         try:
             try:
+                if self.counted_ends:
+                    self.end_counting()
                 self.clock.finish()
             except Exception as exc:
                 self.error("finish", exc)
@@ -268,6 +303,7 @@ class Probe:
     def after_fork_in_child(self) -> None:
         """A forked child (a DataLoader worker, say) starts with nothing to send."""
         self._fresh()
+        self.measure_next_step(True)
 
 
 PROBE: Probe | None = None

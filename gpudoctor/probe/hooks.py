@@ -12,6 +12,10 @@ from typing import Any
 
 from .agent import DISCOVERY_MAX_CALLS, DISCOVERY_STEPS, MAX_DISTINCT_SHAPES, Probe, now
 
+# The key of the probe's hooks in a root module's hook tables (PyTorch's own handles
+# count up from 0; this one is out of their way).
+ROOT_HOOK_KEY = -0x6770_6471
+
 SYNC_METHODS = ("item", "tolist", "cpu", "__bool__", "__float__", "__int__", "__repr__")
 
 
@@ -205,6 +209,22 @@ def _hook_dataloader(probe: Probe, torch: Any) -> None:
     loader_cls.__init__ = __init__
     loader_cls.__iter__ = __iter__
     iter_cls.__next__ = __next__
+    probe.detail_parts.append(_swap(iter_cls, "__next__", __next__, original_next))
+
+
+def _swap(owner: Any, name: str, ours: Any, original: Any) -> tuple[Any, Any]:
+    """(attach, detach) that put our wrapper or the original in `owner.name`, as long
+    as nobody else has replaced it since (then ours stays, and stays correct)."""
+
+    def attach() -> None:
+        if getattr(owner, name) is original:
+            setattr(owner, name, ours)
+
+    def detach() -> None:
+        if getattr(owner, name) is ours:
+            setattr(owner, name, original)
+
+    return attach, detach
 
 
 def _root_facts(probe: Probe, torch: Any, module: Any) -> None:
@@ -271,10 +291,36 @@ def _hook_modules(probe: Probe, torch: Any) -> None:
             except Exception as exc:
                 probe.error("forward-post", exc)
 
+    def attach(module: Any) -> None:
+        module._forward_pre_hooks[ROOT_HOOK_KEY] = root_pre
+        module._forward_hooks[ROOT_HOOK_KEY] = root_post
+        module._forward_hooks_always_called[ROOT_HOOK_KEY] = True
+
+    def attach_roots() -> None:
+        probe.root_depth = 0
+        for module in probe.roots.values():
+            attach(module)
+
+    def detach_roots() -> None:
+        for module in probe.roots.values():
+            module._forward_pre_hooks.pop(ROOT_HOOK_KEY, None)
+            module._forward_hooks.pop(ROOT_HOOK_KEY, None)
+            module._forward_hooks_always_called.pop(ROOT_HOOK_KEY, None)
+
+    # The root hooks go straight into the modules' hook tables under a key of ours, so
+    # that they can come and go each step cheaply (PyTorch >= 2.0 has these tables;
+    # older ones keep the hooks registered the usual way, every step measured).
+    switchable = hasattr(mod.Module(), "_forward_hooks_always_called")
+    if switchable:
+        probe.detail_parts.append((attach_roots, detach_roots))
+
     def adopt(module: Any) -> None:
         probe.roots[id(module)] = module
-        module.register_forward_pre_hook(root_pre)
-        module.register_forward_hook(root_post, always_call=True)
+        if switchable:
+            attach(module)
+        else:
+            module.register_forward_pre_hook(root_pre)
+            module.register_forward_hook(root_post, always_call=True)
         _root_facts(probe, torch, module)
         probe.fact("root_modules", probe.fact_list_add("root_modules", type(module).__name__))
 
@@ -326,6 +372,7 @@ def _hook_backward(probe: Probe, torch: Any) -> None:
                 probe.error("backward", exc)
 
     torch.autograd.backward = backward
+    probe.detail_parts.append(_swap(torch.autograd, "backward", backward, original))
 
 
 def _hook_optimizer(probe: Probe, torch: Any) -> None:
@@ -336,23 +383,47 @@ def _hook_optimizer(probe: Probe, torch: Any) -> None:
             probe.opt_t0 = now()
 
     def post(optimizer: Any, args: Any, kwargs: Any) -> None:
-        if not probe.active:
-            return
         try:
+            if not probe.detail:
+                # A counted step (see steps.py, sampling): as little as can be, since on
+                # a short step every line here shows. Dormant, there is no lead (below).
+                if id(optimizer) == probe.lead_optimizer:
+                    t = now()
+                    probe.counted_ends.append(t)
+                    probe.countdown -= 1
+                    if probe.countdown <= 0 or t >= probe.deadline:
+                        probe.end_counting()
+                return
+            if not probe.active:
+                return
             if probe.lead_optimizer is None:
                 probe.lead_optimizer = id(optimizer)
                 probe.fact("optimizer", type(optimizer).__name__)
             lead = id(optimizer) == probe.lead_optimizer
-            probe.clock.optimizer_done(probe.opt_t0, now(), lead)
+            t1 = now()
+            clock = probe.clock
+            clock.optimizer_done(probe.opt_t0, t1, lead)
             if lead:
                 probe.optimizer_steps += 1
+                probe.countdown, probe.deadline = clock.plan_next(t1)
+                if probe.countdown > 0:
+                    probe.measure_next_step(False)
             if probe.flusher is None:
                 probe.touch()
         except Exception as exc:
             probe.error("optimizer", exc)
 
-    opt.register_optimizer_step_pre_hook(pre)
+    pre_key = opt.register_optimizer_step_pre_hook(pre).id
     opt.register_optimizer_step_post_hook(post)
+    table = opt._global_optimizer_pre_hooks
+
+    def attach() -> None:
+        table[pre_key] = pre
+
+    def detach() -> None:
+        table.pop(pre_key, None)
+
+    probe.detail_parts.append((attach, detach))
 
 
 def _hook_syncs(probe: Probe, torch: Any) -> None:

@@ -21,7 +21,10 @@ STEP_FIELDS = (
     "batch_size",
     "syncs",
     "pageable_copies",
+    "detail",  # 1: measured in detail; 0: only counted and timed (the probe samples)
 )
+# Rows from before `detail` existed have one field less: they were all detailed.
+STEP_FIELDS_V1_0 = len(STEP_FIELDS) - 1
 
 # A datagram stays well under the default Unix socket send buffer (about 208 KiB).
 MAX_STEPS_PER_MESSAGE = 400

@@ -6,6 +6,13 @@ a root module's forward (for inference, with or without a DataLoader). The end i
 committed when the next step's first activity starts (a DataLoader batch or a root
 forward), so that a job whose first optimizer step comes after its first backward
 is not counted twice. Everything between two step ends belongs to the later step.
+
+Sampling: once a job's steps end at its optimizer and the first FULL_STEPS are behind
+it, only one step in SAMPLE_EVERY (and at least one every SAMPLE_MAX_GAP_NS) is measured
+in detail (data wait, forward/backward/optimizer split, batch size); the others are only
+counted and timed at the optimizer's step, which is all that runs for them. Each row says
+which kind it is (`detail`). This keeps the probe inside its budget on short steps
+(DESIGN.md section 7: <= 20 us per step; bench/RESULTS.md has the measurements).
 """
 
 from __future__ import annotations
@@ -22,6 +29,10 @@ MAX_BUFFERED_STEPS = 20000  # bounded: when the doctor cannot keep up, drop and 
 # they were micro-steps of gradient accumulation: merged into it) or this many have
 # passed without one (a hand-written update: they were steps after all).
 PROVISIONAL_STEPS = 64
+# Sampling (see the module's docstring). Every step is measured in detail until then.
+FULL_STEPS = 20
+SAMPLE_EVERY = 32
+SAMPLE_MAX_GAP_NS = 500_000_000
 
 
 class StepClock:
@@ -43,6 +54,9 @@ class StepClock:
         "out",
         "dropped",
         "provisional",
+        "detail",
+        "next_detail",
+        "sampling",
     )
 
     def __init__(self) -> None:
@@ -54,6 +68,9 @@ class StepClock:
         self.out: deque[tuple[int, ...]] = deque()
         self.dropped = 0
         self.provisional: list[tuple[int, ...]] | None = []
+        self.detail = 1  # the step being measured now is measured in detail
+        self.next_detail = 1  # and the next one will be (decided at this one's end)
+        self.sampling = False  # set by the probe once its per-step hooks can be detached
         self._reset()
 
     def _reset(self) -> None:
@@ -85,6 +102,7 @@ class StepClock:
             self.batch,
             self.syncs,
             self.pageable,
+            self.detail,
         )
         held = self.provisional
         if held is not None and self.rank == RANK_BACKWARD:
@@ -97,6 +115,7 @@ class StepClock:
             self.dropped += 1
         self.index += 1
         self.last_end = t_end
+        self.detail = self.next_detail
         self._reset()
 
     def _release(self) -> None:
@@ -190,6 +209,23 @@ class StepClock:
                 self._merge_held()
             self.rank = RANK_OPTIMIZER
             self.pending_end = t1
+
+    def plan_next(self, t_end: int) -> tuple[int, int]:
+        """At the end of a step measured in detail: how many steps to only count before
+        the next detailed one, and the time by which it starts at the latest."""
+        if not self.sampling or self.index + 1 < FULL_STEPS or self.provisional is not None:
+            return 0, t_end
+        self.next_detail = 0
+        return SAMPLE_EVERY - 1, t_end + SAMPLE_MAX_GAP_NS
+
+    def counted(self, ends: list[int]) -> None:
+        """The ends of the steps that were only counted (the probe collects them in its
+        optimizer hook, the cheapest place there is); the step after them is detailed."""
+        for t in ends:
+            if self.pending_end is not None:
+                self._emit(self.pending_end)
+            self.pending_end = t
+        self.next_detail = 1
 
     def take(self) -> list[tuple[int, ...]]:
         """Called from the flush thread: deque pops are atomic, nothing is lost."""

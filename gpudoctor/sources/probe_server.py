@@ -60,11 +60,11 @@ def parse(data: bytes) -> dict[str, Any] | None:
     if not isinstance(message.get("pid"), int):
         return None
     steps = message.get("steps", [])
-    width = len(protocol.STEP_FIELDS)
+    widths = {len(protocol.STEP_FIELDS), protocol.STEP_FIELDS_V1_0}
     if type(steps) is not list:
         return None
     # shape and types checked in bulk: thousands of rows a second arrive here
-    if set(map(type, steps)) - {list} or set(map(len, steps)) - {width}:
+    if set(map(type, steps)) - {list} or set(map(len, steps)) - widths:
         return None
     if set(map(type, chain.from_iterable(steps))) - {int}:
         return None

@@ -22,7 +22,7 @@ def evaluate(w: Window) -> Finding | None:
     if not version[:1].isdigit() or int(version.split(".")[0]) < 2 or f.get("compiled"):
         return None
     leaves = int(f.get("leaf_modules") or 0)
-    steps = w.steady_steps
+    steps = w.detailed_steps
     forwards = sum(s.forwards for s in steps)
     if leaves < MIN_LEAF_MODULES or len(steps) < MIN_STEPS or not forwards:
         return None

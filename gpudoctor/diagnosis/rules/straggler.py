@@ -23,8 +23,9 @@ def evaluate(w: Window) -> Finding | None:
         )
         if len(steady) >= MIN_STEPS:
             # a rank's own compute: collectives make every rank's wall time the slowest's
+            detailed = [s for s in steady if s.detail] or steady
             medians[pid] = statistics.median(
-                s.wall_ns - s.loader_ns if s.loader_ns else s.wall_ns for s in steady
+                s.wall_ns - s.loader_ns if s.loader_ns else s.wall_ns for s in detailed
             )
     if len(medians) < 2:
         return None
