@@ -47,9 +47,11 @@ class ReplayNvml:
     NVMLError = pynvml.NVMLError
 
     def __init__(self, recording: str | dict[str, Any]) -> None:
-        if isinstance(recording, str):
-            recording = json.loads((FIXTURES / recording).read_text())
-        self.recording = recording
+        self.recording: dict[str, Any] = (
+            json.loads((FIXTURES / recording).read_text())
+            if isinstance(recording, str)
+            else recording
+        )
         self.sample = 0
         self.calls: Counter[str] = Counter()
         self.initialised = False

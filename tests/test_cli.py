@@ -4,6 +4,7 @@ the simple commands do what their help says."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -11,12 +12,12 @@ import pytest
 from conftest import PY, doctor, finding_ids, run_job
 
 
-def one_line_error(proc, code: int = 2) -> str:  # type: ignore[no-untyped-def]
+def one_line_error(proc: subprocess.CompletedProcess[str], code: int = 2) -> str:
     assert proc.returncode == code, (proc.returncode, proc.stderr)
     assert "Traceback" not in proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
-    return lines[0]
+    return str(lines[0])
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,7 +34,7 @@ def test_live_nvml_reader_reads_every_default_field() -> None:
     reader.close()
 
 
-def _doctor(tmp_path: Path, job: str, *job_args: str) -> dict:
+def _doctor(tmp_path: Path, job: str, *job_args: str) -> dict[str, Any]:
     report = tmp_path / f"{job}.json"
     cmd = [
         sys.executable,
@@ -53,7 +54,8 @@ def _doctor(tmp_path: Path, job: str, *job_args: str) -> dict:
         *job_args,
     ]
     subprocess.run(cmd, check=True, timeout=120)
-    return json.loads(report.read_text())
+    report_data: dict[str, Any] = json.loads(report.read_text())
+    return report_data
 
 
 def test_host_sync_found_on_gpu(tmp_path: Path) -> None:

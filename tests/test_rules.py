@@ -119,9 +119,8 @@ def test_pageable_copies() -> None:
     finding = pageable_copies.evaluate(window(steps=steps(pageable=2), facts=LOADER))
     assert finding is not None and finding.remedies == ("pin-memory", "non-blocking")
     pinned = {"dataloaders": [{"pin_memory": True}]}
-    assert pageable_copies.evaluate(window(steps=steps(pageable=1), facts=pinned)).remedies == (
-        "non-blocking",
-    )  # type: ignore[union-attr]
+    pinned_finding = pageable_copies.evaluate(window(steps=steps(pageable=1), facts=pinned))
+    assert pinned_finding is not None and pinned_finding.remedies == ("non-blocking",)
     assert pageable_copies.evaluate(window(steps=steps(pageable=0))) is None
 
 
@@ -183,10 +182,8 @@ def test_memory_pressure_by_peak_and_by_retries() -> None:
     once = [{"peak_reserved": int(total * 0.5), "alloc_retries": n} for n in (0, 1, 1, 1)]
     assert memory_pressure.evaluate(window(facts=cuda_facts(), gauges=tuple(peak))) is not None
     assert memory_pressure.evaluate(window(facts=cuda_facts(), gauges=tuple(calm))) is None
-    assert (
-        memory_pressure.evaluate(window(facts=cuda_facts(), gauges=tuple(retrying))).severity
-        == "high"
-    )  # type: ignore[union-attr]
+    retried = memory_pressure.evaluate(window(facts=cuda_facts(), gauges=tuple(retrying)))
+    assert retried is not None and retried.severity == "high"
     assert memory_pressure.evaluate(window(facts=cuda_facts(), gauges=tuple(once))) is None
 
 
