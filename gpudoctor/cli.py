@@ -79,6 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--format", choices=("md", "json"), default="md")
     report.add_argument("--lang", choices=("en", "zh"), default=None)
 
+    replay = add("replay", "the TUI over a recorded session")
+    replay.add_argument("session", help="session id (see `gpudoctor history`), or `last`")
+    replay.add_argument("--lang", choices=("en", "zh"), default=None)
+
     remedies = add("remedies", "print the remedy catalogue")
     remedies.add_argument("--lang", choices=("en", "zh"), default=None)
     return parser
@@ -105,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
             "run": cmd_run,
             "history": cmd_history,
             "report": cmd_report,
+            "replay": cmd_replay,
             "remedies": cmd_remedies,
         }[args.command_name]
         return handler(args)
@@ -144,12 +149,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         if not report_path.parent.is_dir():
             raise UsageError(f"gpudoctor run: no such folder for --report: {report_path.parent}")
     lang = args.lang or default_lang()
-    if not args.headless:
-        print(
-            "gpudoctor: the TUI is not available in this version; running headless.",
-            file=sys.stderr,
-        )
+    if not args.headless and not (sys.stdin.isatty() and sys.stdout.isatty()):
+        print("gpudoctor: no terminal for the TUI: running headless.", file=sys.stderr)
+        args.headless = True
     store = _open_store(args)
+    if not args.headless:
+        return _run_tui(args, command, store, lang, report_path)
     from gpudoctor import report as reports
     from gpudoctor.live import status_line
     from gpudoctor.session import LaunchError, Session
@@ -200,16 +205,86 @@ def cmd_run(args: argparse.Namespace) -> int:
         store.close()
     _print_findings(report)
     if report_path is not None:
-        text = (
-            reports.to_json(report)
-            if report_path.suffix == ".json"
-            else reports.to_markdown(report)
-        )
-        report_path.write_text(text, encoding="utf-8")
-        print(f"gpudoctor: report written to {report_path}", file=sys.stderr)
+        _write_report(report, report_path)
     if job_exit.ended_by == "max-seconds":
         return 0  # stopped as asked: the job's own code is in the report
     return job_exit.exit_code if job_exit.exit_code is not None else 1
+
+
+def _run_tui(
+    args: argparse.Namespace, command: list[str], store: Any, lang: str, report_path: Path | None
+) -> int:
+    """The job in its own session, its output in a log file beside the store; the app
+    runs the session loop in a thread worker. The report is built and kept as headless."""
+    from gpudoctor import report as reports
+    from gpudoctor.session import LaunchError, Session
+    from gpudoctor.tui.app import make_live_app
+
+    logs = Path(store.path).parent / "logs"
+    try:
+        logs.mkdir(parents=True, exist_ok=True)
+        log_path = logs / time.strftime("job-%Y%m%d-%H%M%S.log")
+        log = log_path.open("ab")
+    except OSError as exc:
+        store.close()
+        raise UsageError(f"gpudoctor run: cannot write the job's log in {logs}: {exc}") from None
+    session = Session(
+        command,
+        store,
+        interval_s=args.interval,
+        max_seconds=args.max_seconds,
+        output=log,
+        own_terminal=True,
+    )
+    try:
+        session.start()
+    except LaunchError as exc:
+        log.close()
+        store.close()
+        print(f"gpudoctor: {exc}", file=sys.stderr)
+        return exc.exit_code
+    app = make_live_app(session, log_path, lang, args.interval)
+    try:
+        app.run()
+    finally:
+        if session.timeline.exit is None:  # the app failed: leave the job running
+            session.detach()
+            deadline = time.monotonic() + 2 * args.interval + 2
+            while session.timeline.exit is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+        log.close()
+    job_exit = session.timeline.exit
+    if job_exit is None:
+        session.close()
+        store.close()
+        print(
+            "gpudoctor: the session did not end cleanly; the job was left running", file=sys.stderr
+        )
+        return 3
+    report = reports.build(session.timeline, session.session_id, lang)
+    assert session.session_id is not None and session.timeline.end_mono_ns is not None
+    store.finish(
+        session.session_id, session.timeline.end_mono_ns, job_exit, reports.summary(report)
+    )
+    session.close()
+    store.close()
+    _print_findings(report)
+    print(f"gpudoctor: the job's output is in {log_path}", file=sys.stderr)
+    if job_exit.ended_by == "detached" and session.proc is not None:
+        print(f"gpudoctor: the job (pid {session.proc.pid}) was left running", file=sys.stderr)
+    if report_path is not None:
+        _write_report(report, report_path)
+    if job_exit.ended_by in ("max-seconds", "detached"):
+        return 0
+    return job_exit.exit_code if job_exit.exit_code is not None else 1
+
+
+def _write_report(report: dict[str, Any], path: Path) -> None:
+    from gpudoctor import report as reports
+
+    text = reports.to_json(report) if path.suffix == ".json" else reports.to_markdown(report)
+    path.write_text(text, encoding="utf-8")
+    print(f"gpudoctor: report written to {path}", file=sys.stderr)
 
 
 def _terminal_delivered() -> bool:
@@ -281,8 +356,8 @@ def cmd_history(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_report(args: argparse.Namespace) -> int:
-    from gpudoctor import report as reports
+def _load_session(args: argparse.Namespace, name: str) -> tuple[int, Any]:
+    """(id, timeline) of the session the user named: an id or `last`."""
     from gpudoctor.store import StoreError
 
     store = _open_store(args)
@@ -290,20 +365,36 @@ def cmd_report(args: argparse.Namespace) -> int:
         if args.session == "last":
             rows = store.sessions()
             if not rows:
-                raise UsageError(f"gpudoctor report: no recorded sessions in {store.path}")
+                raise UsageError(f"gpudoctor {name}: no recorded sessions in {store.path}")
             session_id = rows[0].id
         else:
             try:
                 session_id = int(args.session)
             except ValueError:
                 raise UsageError(
-                    f"gpudoctor report: not a session id: {args.session!r} (see gpudoctor history)"
+                    f"gpudoctor {name}: not a session id: {args.session!r} (see gpudoctor history)"
                 ) from None
-        timeline = store.load(session_id)
+        return session_id, store.load(session_id)
     except StoreError as exc:
-        raise UsageError(f"gpudoctor report: {exc}") from None
+        raise UsageError(f"gpudoctor {name}: {exc}") from None
     finally:
         store.close()
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    session_id, timeline = _load_session(args, "replay")
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise UsageError("gpudoctor replay: needs a terminal (for a text report: gpudoctor report)")
+    from gpudoctor.tui.app import make_replay_app
+
+    make_replay_app(timeline, session_id, args.lang or default_lang()).run()
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from gpudoctor import report as reports
+
+    session_id, timeline = _load_session(args, "report")
     report = reports.build(timeline, session_id, args.lang or default_lang())
     sys.stdout.write(
         reports.to_json(report) if args.format == "json" else reports.to_markdown(report)

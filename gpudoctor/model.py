@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
 Severity = Literal["high", "medium", "low", "info"]
-EndedBy = Literal["exit", "signal", "oom", "exception", "max-seconds"]
+# "detached": the doctor was told to leave the job running (the TUI's `q`, then `l`)
+EndedBy = Literal["exit", "signal", "oom", "exception", "max-seconds", "detached"]
 
 
 @dataclass(frozen=True)

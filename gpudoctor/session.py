@@ -55,6 +55,7 @@ class Session:
         max_seconds: float | None = None,
         nvml: NvmlReader | None = None,
         output: IO[Any] | None = None,
+        own_terminal: bool = False,
     ) -> None:
         self.command = command
         self.store = store
@@ -62,6 +63,11 @@ class Session:
         self.max_seconds = max_seconds
         self.nvml = nvml if nvml is not None else NvmlReader()
         self.output = output
+        # Under the TUI the job must not share the doctor's terminal: its own session
+        # (terminal signals and a closed terminal do not reach it), no stdin, output in
+        # a log file, so that leaving it running really leaves it running.
+        self.own_terminal = own_terminal
+        self._detached = False
         self.timeline = Timeline(
             command, time.time(), time.monotonic_ns(), gpu_reason=self.nvml.reason
         )
@@ -81,9 +87,10 @@ class Session:
             self.proc = subprocess.Popen(
                 self.command,
                 env=probe_env(self.server.path),
-                stdin=None,
+                stdin=subprocess.DEVNULL if self.own_terminal else None,
                 stdout=self.output,
                 stderr=self.output,
+                start_new_session=self.own_terminal,
             )
         except FileNotFoundError:
             self.close()
@@ -111,6 +118,8 @@ class Session:
         next_tick = started + self.interval_s
         try:
             while proc.poll() is None:
+                if self._detached:
+                    return self._finish_detached()
                 now = time.monotonic()
                 timeout = max(0.0, next_tick - now)
                 if pidfd is None:
@@ -168,6 +177,17 @@ class Session:
         if self.proc is not None and self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.send_signal(sig)
+
+    def detach(self) -> None:
+        """Leave the job running: the loop ends at its next turn (thread-safe)."""
+        self._detached = True
+
+    def _finish_detached(self) -> JobExit:
+        self._drain()
+        self.timeline.end_mono_ns = time.monotonic_ns()
+        job_exit = JobExit(exit_code=None, ended_by="detached")
+        self.timeline.exit = job_exit
+        return job_exit
 
     def _escalate(self) -> None:
         if self._stop_started is None or self._escalation >= len(STOP_ESCALATION_S):

@@ -12,7 +12,8 @@ CORE = [
     "gpudoctor.model", "gpudoctor.sources.nvml", "gpudoctor.sources.host",
     "gpudoctor.sources.probe_server", "gpudoctor.session", "gpudoctor.store",
     "gpudoctor.diagnosis.engine", "gpudoctor.report", "gpudoctor.prescribe.how",
-    "gpudoctor.timeline", "gpudoctor.live", "gpudoctor.cli",
+    "gpudoctor.timeline", "gpudoctor.live", "gpudoctor.cli", "gpudoctor.snapshot",
+    "gpudoctor.display",
 ]  # fmt: skip
 
 

@@ -1,0 +1,183 @@
+"""Snapshot values turned into what the panels show: strings, bars and colour bands.
+
+The widgets only render what this returns (no arithmetic in the screens). No Textual
+here: the bands are style names the stylesheet and the widgets map to colours.
+"""
+
+from __future__ import annotations
+
+from gpudoctor.model import GpuSample, HostSample
+
+NA = "N/A"
+
+# Colour bands for utilisation and memory (nvitop's device panel uses the same three
+# bands: light < 10%, moderate < 80%, heavy above).
+BAND_LIGHT_PCT = 10.0
+BAND_HEAVY_PCT = 80.0
+# A GPU is hot above this (NVIDIA data-centre parts slow down from about 85 C).
+HOT_C = 85
+
+SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "dim"}
+SPLIT_PARTS = (  # (key, label, bar character) in the order a step goes
+    ("data_wait", "data wait", "D"),
+    ("forward", "forward", "F"),
+    ("backward", "backward", "B"),
+    ("optimizer", "optimizer", "O"),
+    ("other", "other", "."),
+)
+SPARK = " ▁▂▃▄▅▆▇█"
+
+
+def band(pct: float | None) -> str:
+    if pct is None:
+        return "dim"
+    if pct < BAND_LIGHT_PCT:
+        return "green"
+    if pct < BAND_HEAVY_PCT:
+        return "yellow"
+    return "red"
+
+
+def pct(value: float | None, digits: int = 0) -> str:
+    return NA if value is None else f"{value:.{digits}f}%"
+
+
+def mib(value: int | None) -> str:
+    return NA if value is None else f"{value / 2**20:,.0f}MiB"
+
+
+def gib(value: float | None) -> str:
+    return NA if value is None else f"{value / 2**30:.1f}G"
+
+
+def rate(bytes_per_s: float | None) -> str:
+    """MB/s with one decimal (nvidia-smi and iostat use decimal megabytes)."""
+    if bytes_per_s is None:
+        return NA
+    return f"{bytes_per_s / 1e6:.1f}MB/s"
+
+
+def bar(fraction: float | None, width: int) -> str:
+    if fraction is None or width <= 0:
+        return " " * max(0, width)
+    filled = round(max(0.0, min(1.0, fraction)) * width)
+    return "█" * filled + "░" * (width - filled)
+
+
+def sparkline(values: tuple[float, ...], width: int, top: float | None = None) -> str:
+    """One character per value (the newest at the right), scaled to `top` or the max."""
+    values = values[-width:] if width > 0 else ()
+    if not values:
+        return ""
+    high = top if top is not None else max(values)
+    if high <= 0:
+        return SPARK[1] * len(values)
+    return "".join(SPARK[min(8, max(1, round(v / high * 8)))] for v in values)
+
+
+def duration(seconds: float) -> str:
+    s = int(seconds)
+    h, rest = divmod(s, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:d}:{s:02d}"
+
+
+def ms(value: float | None) -> str:
+    if value is None:
+        return NA
+    return f"{value:.1f} ms" if value < 100 else f"{value:.0f} ms"
+
+
+# -- GPU -------------------------------------------------------------------------------
+
+
+def gpu_cells(g: GpuSample) -> dict[str, str]:
+    """The nvidia-smi row of one GPU, field by field."""
+    used, total = g.mem_used_bytes, g.mem_total_bytes
+    mem_pct = used / total * 100 if used is not None and total else None
+    power = (
+        f"{g.power_w:.0f}W / {g.power_limit_w:.0f}W"
+        if g.power_w is not None and g.power_limit_w is not None
+        else (f"{g.power_w:.0f}W" if g.power_w is not None else NA)
+    )
+    return {
+        "index": str(g.index),
+        "name": g.name,
+        "util": pct(g.util_gpu_pct),
+        "util_band": band(g.util_gpu_pct),
+        "mem": f"{mib(used)} / {mib(total)}",
+        "mem_fraction": "" if mem_pct is None else f"{mem_pct / 100:.3f}",
+        "mem_band": band(mem_pct),
+        "power": power,
+        "temp": NA if g.temp_c is None else f"{g.temp_c}C",
+        "temp_band": "red" if g.temp_c is not None and g.temp_c >= HOT_C else "",
+        "fan": pct(g.fan_pct),
+        "sm_clock": NA if g.sm_clock_mhz is None else f"{g.sm_clock_mhz}MHz",
+        "pcie": f"rx {rate(g.pcie_rx_bytes_per_s)} tx {rate(g.pcie_tx_bytes_per_s)}",
+        "throttle": throttle_text(g.clock_event_reasons),
+    }
+
+
+# Clock-event reasons that do not slow anything down: not shown as throttling.
+HARMLESS_REASONS = frozenset({"gpu-idle", "applications-clocks", "display-clocks"})
+
+
+def throttle_text(reasons: tuple[str, ...] | None) -> str:
+    active = [r for r in reasons or () if r not in HARMLESS_REASONS]
+    return ("throttled: " + ", ".join(active)) if active else ""
+
+
+# -- host ------------------------------------------------------------------------------
+
+
+def host_lines(h: HostSample, width: int) -> list[tuple[str, str]]:
+    """(text, style) lines of the host panel; per-core bars fold into one summary line
+    when the panel is too narrow to give each core a readable bar."""
+    out: list[tuple[str, str]] = []
+    cores = h.cpu_pct_per_core
+    cell = 16  # "cpu12 ████ 100%" plus a space
+    per_row = max(1, width // cell)
+    if width >= cell and len(cores) <= per_row * 4:
+        row: list[str] = []
+        for i, c in enumerate(cores):
+            row.append(f"cpu{i:<2d} {bar(c / 100, 4)} {c:3.0f}%")
+            if len(row) == per_row:
+                out.append((" ".join(row), band(max(cores[i - per_row + 1 : i + 1]))))
+                row = []
+        if row:
+            out.append((" ".join(row), band(max(cores[-len(row) :]))))
+    else:
+        busy = max(cores, default=0.0)
+        out.append(
+            (
+                f"CPU {h.cpu_pct:3.0f}% over {len(cores)} cores (busiest {busy:.0f}%)",
+                band(h.cpu_pct),
+            )
+        )
+    out.append((f"load {h.load_1m:.2f}   iowait {pct(h.iowait_pct, 1)}", ""))
+    mem_pct = h.mem_used_bytes / h.mem_total_bytes * 100 if h.mem_total_bytes else None
+    out.append(
+        (f"mem  {bar((mem_pct or 0) / 100, 6)} {gib(h.mem_used_bytes)} / {gib(h.mem_total_bytes)}",
+         band(mem_pct))
+    )  # fmt: skip
+    out.append((f"swap {gib(h.swap_used_bytes)} / {gib(h.swap_total_bytes)}", ""))
+    out.append((f"disk r {rate(h.disk_read_bytes_per_s)} w {rate(h.disk_write_bytes_per_s)}", ""))
+    out.append((f"net  rx {rate(h.net_rx_bytes_per_s)} tx {rate(h.net_tx_bytes_per_s)}", ""))
+    return out
+
+
+# -- job -------------------------------------------------------------------------------
+
+
+def split_bar(split: dict[str, float], width: int) -> tuple[str, str]:
+    """A stacked bar of where a step goes, and its legend."""
+    if not split or width <= 0:
+        return "", "no steps yet"
+    cells: list[str] = []
+    for key, _label, char in SPLIT_PARTS:
+        cells.append(char * round(split.get(key, 0.0) * width))
+    text = "".join(cells)[:width].ljust(width, ".")
+    legend = "  ".join(
+        f"{char}={label} {split.get(key, 0.0):.0%}" for key, label, char in SPLIT_PARTS
+    )
+    return text, legend

@@ -1,0 +1,1 @@
+"""The Textual app: renders the snapshots a session or a replay hands it."""

@@ -1,0 +1,226 @@
+"""The gpudoctor app. Its data comes from a source: a live session run in a thread
+worker, or a recorded one moved through in time. Built by `make_live_app` and
+`make_replay_app`, so tests build the same app over a replayed source."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from textual import on, work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Footer, Header, OptionList
+
+from gpudoctor.model import JobExit
+from gpudoctor.snapshot import Snapshot, take, timeline_span
+from gpudoctor.timeline import Timeline
+from gpudoctor.tui.messages import JobExited, SessionFailed, SnapshotReady
+from gpudoctor.tui.screens import FindingScreen, HelpScreen, QuitScreen
+from gpudoctor.tui.widgets import FindingsPanel, GpuPanel, HostPanel, JobPanel, OutputPanel
+
+REPLAY_STEP_S = 5.0
+REPLAY_PAGE_S = 60.0
+
+
+class DoctorApp(App[JobExit | None]):
+    CSS_PATH = "doctor.tcss"
+    TITLE = "gpudoctor"
+    BINDINGS = [
+        Binding("q", "quit_doctor", "Quit"),
+        Binding("question_mark", "help", "Help"),
+        Binding("enter", "open_finding", "Remedies", show=True),
+    ]
+
+    def __init__(self, lang: str = "en", interval_s: float = 1.0) -> None:
+        super().__init__()
+        self.lang = lang
+        self.interval_s = interval_s
+        self.snapshot: Snapshot | None = None
+        self.job_exit: JobExit | None = None
+        self._last_paint = 0.0
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield GpuPanel(id="gpu-panel")
+        with Horizontal(id="middle"):
+            yield HostPanel(id="host-panel")
+            with Vertical(id="job-column"):
+                yield JobPanel(id="job-panel")
+                yield OutputPanel(id="output-panel")
+        yield FindingsPanel(id="findings-panel")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        if os.environ.get("NO_COLOR"):
+            self.theme = "textual-ansi"
+
+    # -- snapshots down ------------------------------------------------------------------
+
+    @on(SnapshotReady)
+    def _on_snapshot(self, message: SnapshotReady) -> None:
+        now = time.monotonic()
+        if now - self._last_paint < self.interval_s * 0.9:
+            return  # --interval caps the repaint rate (a slow SSH link)
+        self._last_paint = now
+        self.show(message.snapshot)
+
+    def show(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+        for panel in (GpuPanel, HostPanel, JobPanel, OutputPanel):
+            self.query_one(panel).snapshot = snapshot
+        self.query_one(FindingsPanel).show(snapshot)
+        self.sub_title = self.status_words(snapshot)
+
+    def status_words(self, s: Snapshot) -> str:
+        return f"{'running' if s.running else 'ended'} · {s.steps_total} steps"
+
+    # -- actions -------------------------------------------------------------------------
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_open_finding(self) -> None:
+        panel = self.query_one(FindingsPanel)
+        if panel.highlighted is not None:
+            self._open(str(panel.get_option_at_index(panel.highlighted).id))
+
+    @on(OptionList.OptionSelected, "#findings-panel")
+    def _on_finding_selected(self, event: OptionList.OptionSelected) -> None:
+        self._open(str(event.option.id))
+
+    def _open(self, finding_id: str) -> None:
+        s = self.snapshot
+        finding = next((f for f in s.findings if f.id == finding_id), None) if s else None
+        if s is None or finding is None:
+            return
+        cores = s.host.cores_allowed if s.host else (os.cpu_count() or 1)
+        self.push_screen(FindingScreen(finding, s.facts, cores, self.lang))
+
+    def action_quit_doctor(self) -> None:
+        self.exit(self.job_exit)
+
+
+class LiveApp(DoctorApp):
+    """A job launched under the doctor: the session loop runs in a thread worker."""
+
+    def __init__(self, session: Any, output_path: Path | None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.session = session
+        self.output_path = output_path
+        self.quitting = False
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.run_session()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="session")
+    def run_session(self) -> None:
+        session = self.session
+        pid = session.proc.pid if session.proc is not None else None
+
+        def on_tick(timeline: Timeline) -> None:
+            self.post_message(SnapshotReady(take(timeline, pid, self.output_path)))
+
+        try:
+            job_exit = session.run(on_tick)
+        except Exception as exc:  # the doctor's failure: the job goes on
+            self.post_message(SessionFailed(f"{type(exc).__name__}: {exc}"))
+            return
+        self.post_message(JobExited(job_exit, take(session.timeline, pid, self.output_path)))
+
+    @on(JobExited)
+    def _on_job_exited(self, message: JobExited) -> None:
+        self.job_exit = message.job_exit
+        self.show(message.snapshot)
+        if self.quitting:
+            self.exit(self.job_exit)
+        else:
+            self.notify(f"the job {self._words(message.job_exit)}; q to quit", timeout=10)
+
+    @on(SessionFailed)
+    def _on_session_failed(self, message: SessionFailed) -> None:
+        self.exit(None, return_code=3, message=f"gpudoctor: the doctor failed: {message.error}")
+
+    @staticmethod
+    def _words(e: JobExit) -> str:
+        if e.ended_by == "detached":
+            return "was left running"
+        return f"ended ({e.ended_by}, exit code {e.exit_code})"
+
+    def status_words(self, s: Snapshot) -> str:
+        return f"{'running' if s.running else 'ended'} · pid {s.job_pid} · {s.steps_total} steps"
+
+    def action_quit_doctor(self) -> None:
+        if self.job_exit is not None or self.quitting:
+            self.exit(self.job_exit)
+            return
+        self.push_screen(QuitScreen(), self._quit_choice)
+
+    def _quit_choice(self, choice: str | None) -> None:
+        if choice == "stop":
+            self.quitting = True
+            self.session.stop("signal")
+            self.notify("stopping the job…")
+        elif choice == "leave":
+            self.quitting = True
+            self.session.detach()
+
+
+class ReplayApp(DoctorApp):
+    """A recorded session, moved through in time."""
+
+    BINDINGS = [
+        # priority: the findings list would take home/end/page keys for itself
+        Binding("left", "move(-1)", "-5 s", priority=True),
+        Binding("right", "move(1)", "+5 s", priority=True),
+        Binding("pageup", "move(-12)", "-60 s", show=False, priority=True),
+        Binding("pagedown", "move(12)", "+60 s", show=False, priority=True),
+        Binding("home", "to_start", "Start", show=False, priority=True),
+        Binding("end", "to_end", "End", show=False, priority=True),
+    ]
+
+    def __init__(self, timeline: Timeline, session_id: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.timeline = timeline
+        self.session_id = session_id
+        self.start_ns, self.end_ns = timeline_span(timeline)
+        self.cursor_ns = self.end_ns
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self._render_at(self.end_ns)
+
+    def _render_at(self, t_ns: int) -> None:
+        self.cursor_ns = max(self.start_ns, min(self.end_ns, t_ns))
+        at_end = self.cursor_ns >= self.end_ns
+        snapshot = take(self.timeline, None, None, None if at_end else self.cursor_ns)
+        self.show(snapshot)
+
+    def status_words(self, s: Snapshot) -> str:
+        at = (self.cursor_ns - self.start_ns) / 1e9
+        total = (self.end_ns - self.start_ns) / 1e9
+        return f"replay of session {self.session_id} · {at:.0f} s of {total:.0f} s"
+
+    def action_move(self, pages: int) -> None:
+        self._render_at(self.cursor_ns + int(pages * REPLAY_STEP_S * 1e9))
+
+    def action_to_start(self) -> None:
+        self._render_at(self.start_ns)
+
+    def action_to_end(self) -> None:
+        self._render_at(self.end_ns)
+
+
+def make_live_app(session: Any, output_path: Path | None, lang: str, interval_s: float) -> LiveApp:
+    return LiveApp(session, output_path, lang=lang, interval_s=interval_s)
+
+
+def make_replay_app(timeline: Timeline, session_id: int, lang: str = "en") -> ReplayApp:
+    return ReplayApp(timeline, session_id, lang=lang, interval_s=0.0)
+
+
+__all__ = ["DoctorApp", "LiveApp", "ReplayApp", "make_live_app", "make_replay_app"]

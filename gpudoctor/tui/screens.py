@@ -1,0 +1,109 @@
+"""The screens over the dashboard: a finding's remedies, help, and the quit question."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Footer, Static
+
+from gpudoctor import display
+from gpudoctor.diagnosis.remedies import CATALOGUE
+from gpudoctor.model import Finding
+from gpudoctor.prescribe.how import how
+
+
+class FindingScreen(Screen[None]):
+    """One finding: its evidence, and each remedy with its guide section, snippet and
+    how a rerun would apply it."""
+
+    BINDINGS = [Binding("escape,q,backspace", "app.pop_screen", "Back")]
+
+    def __init__(self, finding: Finding, facts: dict[str, Any], cores: int, lang: str) -> None:
+        super().__init__()
+        self.finding = finding
+        self.facts = facts
+        self.cores = cores
+        self.lang = lang
+
+    def compose(self) -> ComposeResult:
+        f = self.finding
+        head = Text()
+        head.append(f"{f.severity.upper()}  ", display.SEVERITY_STYLE.get(f.severity, ""))
+        head.append(f"{f.id}: {f.title}\n\n", "bold")
+        head.append(f.evidence)
+        if f.estimated_gain:
+            head.append(f"\n\nA fix could save about {f.estimated_gain:.0%} of step time.")
+        with VerticalScroll(id="finding-detail"):
+            yield Static(head, id="finding-head")
+            for n, rid in enumerate(f.remedies, 1):
+                remedy = CATALOGUE[rid]
+                text = Text()
+                title = remedy.title.get(self.lang) or remedy.title["en"]
+                explanation = remedy.explanation.get(self.lang) or remedy.explanation["en"]
+                text.append(f"{n}. {title}", "bold")
+                text.append(f"  [{rid}; guide: {remedy.guide_section}]\n", "dim")
+                text.append(explanation + "\n")
+                text.append("On a rerun: " + how(rid, self.facts, self.cores, self.lang))
+                if remedy.snippet:
+                    text.append("\n\n" + remedy.snippet, "green")
+                yield Static(text, classes="remedy")
+        yield Footer()
+
+
+HELP = """\
+gpudoctor: the dashboard of a training run
+
+  GPU     nvidia-smi's figures per GPU, a utilisation history, throttle reasons,
+          the GPU processes (the job's own marked)
+  Host    CPU per core, load, iowait, memory, swap, disk and network rates
+  Job     steps, step time p50/p90 and its history, samples/s, where a step goes
+          (D data wait, F forward, B backward, O optimizer), DataLoader workers
+  Output  the tail of the job's own output (also in the log file)
+  Findings ranked by severity and estimated gain: Enter opens the remedies
+
+Keys
+  up/down, tab    move between findings and panels
+  enter           open the highlighted finding
+  ?               this help
+  ctrl+p          the command palette
+  q               quit (asks whether to stop the job or leave it running)
+  replay only:    left/right 5 s, pgup/pgdn 60 s, home/end
+"""
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,q,question_mark", "app.pop_screen", "Close")]
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="help-box"):
+            yield Static(HELP, id="help-text")
+            yield Footer()
+
+
+class QuitScreen(ModalScreen[str]):
+    """Asked when the job is still running: stop it, or leave it running."""
+
+    BINDINGS = [
+        Binding("s", "choose('stop')", "Stop the job and quit"),
+        Binding("l", "choose('leave')", "Leave it running and quit"),
+        Binding("escape,c", "choose('cancel')", "Cancel"),
+    ]
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="quit-box"):
+            yield Static(
+                "The job is still running.\n\n"
+                "  s  stop the job (Ctrl-C to it) and quit\n"
+                "  l  leave it running and quit (its output stays in the log)\n"
+                "  esc  cancel",
+                id="quit-text",
+            )
+            yield Footer()
+
+    def action_choose(self, choice: str) -> None:
+        self.dismiss(choice)

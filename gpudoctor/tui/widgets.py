@@ -1,0 +1,166 @@
+"""The panels. Each renders the snapshot its parent sets on it (attributes down); the
+values come ready-made from gpudoctor.display."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widgets import OptionList, Static
+from textual.widgets.option_list import Option
+
+from gpudoctor import display
+from gpudoctor.snapshot import Snapshot
+
+
+class Panel(Static):
+    snapshot: reactive[Snapshot | None] = reactive(None, layout=True)
+
+    def watch_snapshot(self, snapshot: Snapshot | None) -> None:
+        self.update(self.render_snapshot(snapshot) if snapshot is not None else "waiting…")
+
+    def on_resize(self) -> None:
+        """The layout depends on the room: render again at the new size."""
+        self.watch_snapshot(self.snapshot)
+
+    def render_snapshot(self, s: Snapshot) -> Text:
+        raise NotImplementedError
+
+
+class GpuPanel(Panel):
+    BORDER_TITLE = "GPU"
+
+    def render_snapshot(self, s: Snapshot) -> Text:
+        if not s.gpus:
+            return Text(f"CPU-only mode: {s.gpu_reason or 'no GPU readings yet'}", "dim")
+        width = (self.size.width or 80) - 2
+        out = Text()
+        for g in s.gpus:
+            c = display.gpu_cells(g)
+            frac = float(c["mem_fraction"]) if c["mem_fraction"] else None
+            history = s.gpu_util_history.get(g.index, ())
+            if out:
+                out.append("\n")
+            out.append(f"{c['index']:>2} ", "bold")
+            out.append(f"{c['name'][:24]:<24} ")
+            out.append(f"util {c['util']:>4} ", c["util_band"])
+            out.append(f"mem {display.bar(frac, 8)} {c['mem']}", c["mem_band"])
+            second = Text("   ")
+            second.append(f"{c['power']:<13} ")
+            second.append(f"{c['temp']:>4} ", c["temp_band"])
+            second.append(f"fan {c['fan']:<4} SM {c['sm_clock']:<8} ")
+            if width >= 110:
+                second.append(f"PCIe {c['pcie']} ")
+            spark = max(0, width - len(second.plain) - 6)
+            second.append(f"util {display.sparkline(history, min(spark, 60), top=100.0)}", "green")
+            out.append("\n")
+            out.append(second)
+            if c["throttle"]:
+                out.append(f"\n   {c['throttle']}", "bold red")
+        procs = [p for g in s.gpus for p in g.processes]
+        if procs:
+            out.append("\n   pid      GPU mem   SM%", "bold")
+            for p in procs[:6]:
+                mine = p.pid in s.job_gpu_pids
+                sm = display.pct(p.sm_util_pct)
+                row = f"\n   {p.pid:<7d} {display.mib(p.mem_used_bytes):>9} {sm:>5}"
+                out.append(row + ("  <- job" if mine else ""), "bold" if mine else "")
+        return out
+
+
+class HostPanel(Panel):
+    BORDER_TITLE = "Host"
+
+    def render_snapshot(self, s: Snapshot) -> Text:
+        if s.host is None:
+            return Text("waiting for the first reading…", "dim")
+        out = Text()
+        for i, (line, style) in enumerate(display.host_lines(s.host, (self.size.width or 40) - 2)):
+            if i:
+                out.append("\n")
+            out.append(line, style)
+        return out
+
+
+class JobPanel(Panel):
+    BORDER_TITLE = "Job"
+
+    def render_snapshot(self, s: Snapshot) -> Text:
+        width = max(10, (self.size.width or 60) - 4)
+        state = "running" if s.running else _ended(s)
+        out = Text()
+        out.append(" ".join(s.command)[:width], "bold")
+        out.append(f"\npid {s.job_pid or '-'}  {state}  up {display.duration(s.elapsed_s)}")
+        out.append(f"\nsteps {s.steps_total}  step p50 {display.ms(s.step_p50_ms)}")
+        out.append(f" p90 {display.ms(s.step_p90_ms)}")
+        if s.samples_per_s:
+            out.append(f"  {s.samples_per_s:,.0f} samples/s")
+        elif s.steps_per_s:
+            out.append(f"  {s.steps_per_s:.1f} steps/s")
+        out.append(f"\nstep time {display.sparkline(s.step_history_ms, width - 10)}", "cyan")
+        bar, legend = display.split_bar(s.split, width)
+        out.append(f"\n{bar}\n{legend}", "")
+        if s.host is not None:
+            workers = [p for p in s.host.job if p.role == "worker"]
+            if workers:
+                cpu = " ".join(f"{p.cpu_pct:.0f}%" for p in workers[:8])
+                out.append(f"\nDataLoader workers: {len(workers)}  CPU {cpu}")
+        return out
+
+
+def _ended(s: Snapshot) -> str:
+    e = s.exit
+    if e is None:
+        return "running"
+    if e.ended_by == "detached":
+        return "left running"
+    return f"ended ({e.ended_by}, exit code {e.exit_code})"
+
+
+class OutputPanel(Panel):
+    BORDER_TITLE = "Output"
+
+    def render_snapshot(self, s: Snapshot) -> Text:
+        lines = max(1, (self.size.height or 6) - 2)
+        tail = s.output_tail[-lines:]
+        if not tail:
+            return Text("(no output yet)" if s.output_path else "(output not recorded)", "dim")
+        return Text("\n".join(tail))
+
+
+class FindingsPanel(OptionList):
+    """Ranked findings; Enter opens one (OptionList posts OptionSelected)."""
+
+    BORDER_TITLE = "Findings"
+
+    def show(self, s: Snapshot) -> None:
+        ids = [f.id for f in s.findings]
+        current = [str(o.id) for o in self.options]
+        if ids == current and all(
+            str(self.get_option_at_index(i).prompt) == _prompt_plain(f)
+            for i, f in enumerate(s.findings)
+        ):
+            return  # unchanged: keep the highlight where the user left it
+        highlighted = self.highlighted
+        self.clear_options()
+        if not s.findings:
+            self.add_option(Option(Text("no findings yet", "dim"), id="none", disabled=True))
+            return
+        self.add_options([Option(_prompt(f), id=f.id) for f in s.findings])
+        if highlighted is not None:
+            self.highlighted = min(highlighted, len(s.findings) - 1)
+
+
+def _prompt(f: object) -> Text:
+    from gpudoctor.model import Finding
+
+    assert isinstance(f, Finding)
+    text = Text()
+    text.append(f"{f.severity.upper():<6} ", display.SEVERITY_STYLE.get(f.severity, ""))
+    text.append(f"{f.id}: ", "bold")
+    text.append(f.title)
+    text.append(f"\n       {f.evidence}", "dim")
+    return text
+
+
+def _prompt_plain(f: object) -> str:
+    return str(_prompt(f))

@@ -1,0 +1,152 @@
+"""The TUI, driven by Textual's Pilot over real sources: a session recorded on an H200
+(replayed), a CPU session recorded here, and a live job under the doctor."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+from conftest import PY, SAMPLES, doctor, load_recorded_session
+from rich.console import Console
+
+from gpudoctor.session import Session
+from gpudoctor.store import Store
+from gpudoctor.tui.app import make_live_app, make_replay_app
+from gpudoctor.tui.screens import FindingScreen, HelpScreen, QuitScreen
+from gpudoctor.tui.widgets import FindingsPanel, GpuPanel, HostPanel, JobPanel
+
+
+def text_of(widget: Any) -> str:
+    """What a panel shows, as plain text (its content rendered at the panel's width)."""
+    console = Console(width=max(20, widget.size.width), file=io.StringIO(), record=True)
+    console.print(widget.content)
+    return console.export_text()
+
+
+async def wait_for(pilot: Any, condition: Any, timeout: float = 60.0) -> None:
+    """Pause the app until `condition()` holds (an explicit condition, not a sleep)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        assert loop.time() < deadline, "condition not met in time"
+        await pilot.pause(0.1)
+
+
+def test_replay_of_a_gpu_session_shows_the_gpu_row_and_opens_a_finding() -> None:
+    timeline = load_recorded_session("dataloader_bound")
+    app = make_replay_app(timeline, 7)
+
+    async def drive() -> None:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            gpu = text_of(app.query_one(GpuPanel))
+            assert "H200" in gpu and "MiB" in gpu and "util" in gpu
+            findings = app.query_one(FindingsPanel)
+            ids = [str(o.id) for o in findings.options]
+            assert ids[0] == "input-bound", ids
+            assert "steps" in text_of(app.query_one(JobPanel))
+            findings.focus()
+            findings.highlighted = 0
+            await pilot.press("enter")
+            assert isinstance(app.screen, FindingScreen)
+            assert app.screen.finding.id == "input-bound"
+            await pilot.press("escape")
+            assert not isinstance(app.screen, FindingScreen)
+            end_title = app.sub_title
+            await pilot.press("home")
+            assert app.sub_title != end_title and " 0 s of" in app.sub_title
+            assert app.snapshot is not None and app.snapshot.steps_total == 0
+            await pilot.press("end")
+            assert app.sub_title == end_title
+            await pilot.press("question_mark")
+            assert isinstance(app.screen, HelpScreen)
+            await pilot.press("escape")
+            await pilot.press("q")
+        assert app.return_value is None
+
+    asyncio.run(drive())
+
+
+def test_replay_of_a_cpu_session_says_cpu_only_and_shows_the_host(tmp_path: Path) -> None:
+    proc = doctor("run", "--headless", "--", PY, str(SAMPLES / "dataloader_bound.py"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    store = Store(Path(os.environ["GPUDOCTOR_STORE"]))
+    timeline = store.load(1)
+    store.close()
+    app = make_replay_app(timeline, 1)
+
+    async def drive() -> None:
+        async with app.run_test(size=(160, 48)) as pilot:
+            await pilot.pause()
+            assert "CPU-only" in text_of(app.query_one(GpuPanel))
+            host = text_of(app.query_one(HostPanel))
+            assert "cpu0" in host and "mem" in host and "disk" in host
+            ids = [str(o.id) for o in app.query_one(FindingsPanel).options]
+            assert ids[0] == "input-bound"
+            assert app.snapshot is not None
+            assert app.snapshot.steps_total == timeline.total_steps()
+
+    asyncio.run(drive())
+
+
+def start_live(tmp_path: Path, *job_args: str) -> tuple[Session, Path, Any]:
+    store = Store(tmp_path / "s.db")
+    log_path = tmp_path / "job.log"
+    log = log_path.open("ab")
+    session = Session(
+        [PY, str(SAMPLES / "healthy.py"), *job_args], store, output=log, own_terminal=True
+    )
+    session.start()
+    return session, log_path, log
+
+
+def test_live_run_fills_the_panels_and_q_can_leave_the_job_running(tmp_path: Path) -> None:
+    session, log_path, log = start_live(tmp_path, "--steps", "100000")
+    app = make_live_app(session, log_path, "en", 0.5)
+    assert session.proc is not None
+    pid = session.proc.pid
+
+    async def drive() -> None:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: app.snapshot is not None and app.snapshot.steps_total > 0)
+            assert f"pid {pid}" in text_of(app.query_one(JobPanel))
+            await pilot.press("q")
+            assert isinstance(app.screen, QuitScreen)
+            await pilot.press("l")
+            await wait_for(pilot, lambda: app.job_exit is not None)
+
+    try:
+        asyncio.run(drive())
+        assert app.return_value is not None and app.return_value.ended_by == "detached"
+        os.kill(pid, 0)  # still running: leaving it running left it running
+        assert session.proc.poll() is None
+    finally:
+        session.signal_job(signal.SIGKILL)
+        session.proc.wait()
+        session.close()
+        log.close()
+
+
+def test_live_run_q_can_stop_the_job(tmp_path: Path) -> None:
+    session, log_path, log = start_live(tmp_path, "--steps", "100000")
+    app = make_live_app(session, log_path, "en", 0.5)
+    assert session.proc is not None
+
+    async def drive() -> None:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: app.snapshot is not None and app.snapshot.steps_total > 0)
+            await pilot.press("q", "s")
+            await wait_for(pilot, lambda: app.job_exit is not None)
+
+    try:
+        asyncio.run(drive())
+        assert app.return_value is not None and app.return_value.ended_by == "signal"
+        assert session.proc.poll() is not None
+    finally:
+        session.signal_job(signal.SIGKILL)
+        session.close()
+        log.close()
