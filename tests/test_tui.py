@@ -150,3 +150,16 @@ def test_live_run_q_can_stop_the_job(tmp_path: Path) -> None:
         session.signal_job(signal.SIGKILL)
         session.close()
         log.close()
+
+
+def test_no_color_is_honoured(monkeypatch: Any) -> None:
+    monkeypatch.setenv("NO_COLOR", "1")
+    app = make_replay_app(load_recorded_session("healthy"), 1)
+
+    async def drive() -> None:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            assert app.no_color
+            assert "H200" in text_of(app.query_one(GpuPanel))
+
+    asyncio.run(drive())

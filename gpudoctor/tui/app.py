@@ -55,8 +55,8 @@ class DoctorApp(App[JobExit | None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        if os.environ.get("NO_COLOR"):
-            self.theme = "textual-ansi"
+        """Nothing to set up here: NO_COLOR is honoured by Textual itself (App.no_color
+        turns the output monochrome)."""
 
     # -- snapshots down ------------------------------------------------------------------
 
