@@ -13,6 +13,7 @@ from types import FrameType
 from typing import Any, NoReturn
 
 from gpudoctor import __version__
+from gpudoctor.model import JobExit
 
 USAGE_ERROR = 2
 
@@ -155,7 +156,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     store = _open_store(args)
     if not args.headless:
         return _run_tui(args, command, store, lang, report_path)
-    from gpudoctor import report as reports
     from gpudoctor.live import status_line
     from gpudoctor.session import LaunchError, Session
 
@@ -193,21 +193,38 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     try:
         job_exit = session.run(on_tick)
-        report = reports.build(session.timeline, session.session_id, lang)
-        assert session.session_id is not None and session.timeline.end_mono_ns is not None
-        store.finish(
-            session.session_id, session.timeline.end_mono_ns, job_exit, reports.summary(report)
-        )
+        report = _record_end(session, store, job_exit, lang)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         session.close()
         store.close()
+    return _conclude(report, report_path, job_exit)
+
+
+def _record_end(session: Any, store: Any, job_exit: JobExit, lang: str) -> dict[str, Any]:
+    """The run's report, and the session marked as ended with it in the store."""
+    from gpudoctor import report as reports
+
+    report = reports.build(session.timeline, session.session_id, lang)
+    assert session.session_id is not None and session.timeline.end_mono_ns is not None
+    store.finish(
+        session.session_id, session.timeline.end_mono_ns, job_exit, reports.summary(report)
+    )
+    return report
+
+
+def _conclude(
+    report: dict[str, Any], report_path: Path | None, job_exit: JobExit, notes: tuple[str, ...] = ()
+) -> int:
+    """After a run: the findings, any notes, the report file; the exit code to return."""
     _print_findings(report)
+    for note in notes:
+        print(f"gpudoctor: {note}", file=sys.stderr)
     if report_path is not None:
         _write_report(report, report_path)
-    if job_exit.ended_by == "max-seconds":
-        return 0  # stopped as asked: the job's own code is in the report
+    if job_exit.ended_by in ("max-seconds", "detached"):
+        return 0  # stopped as asked, or left running: the job's own code is in the report
     return job_exit.exit_code if job_exit.exit_code is not None else 1
 
 
@@ -216,7 +233,6 @@ def _run_tui(
 ) -> int:
     """The job in its own session, its output in a log file beside the store; the app
     runs the session loop in a thread worker. The report is built and kept as headless."""
-    from gpudoctor import report as reports
     from gpudoctor.session import LaunchError, Session
     from gpudoctor.tui.app import make_live_app
 
@@ -243,7 +259,7 @@ def _run_tui(
         store.close()
         print(f"gpudoctor: {exc}", file=sys.stderr)
         return exc.exit_code
-    app = make_live_app(session, log_path, lang, args.interval)
+    app = make_live_app(session, log_path, lang)
     try:
         app.run()
     finally:
@@ -261,22 +277,15 @@ def _run_tui(
             "gpudoctor: the session did not end cleanly; the job was left running", file=sys.stderr
         )
         return 3
-    report = reports.build(session.timeline, session.session_id, lang)
-    assert session.session_id is not None and session.timeline.end_mono_ns is not None
-    store.finish(
-        session.session_id, session.timeline.end_mono_ns, job_exit, reports.summary(report)
-    )
-    session.close()
-    store.close()
-    _print_findings(report)
-    print(f"gpudoctor: the job's output is in {log_path}", file=sys.stderr)
+    try:
+        report = _record_end(session, store, job_exit, lang)
+    finally:
+        session.close()
+        store.close()
+    notes = [f"the job's output is in {log_path}"]
     if job_exit.ended_by == "detached" and session.proc is not None:
-        print(f"gpudoctor: the job (pid {session.proc.pid}) was left running", file=sys.stderr)
-    if report_path is not None:
-        _write_report(report, report_path)
-    if job_exit.ended_by in ("max-seconds", "detached"):
-        return 0
-    return job_exit.exit_code if job_exit.exit_code is not None else 1
+        notes.append(f"the job (pid {session.proc.pid}) was left running")
+    return _conclude(report, report_path, job_exit, tuple(notes))
 
 
 def _write_report(report: dict[str, Any], path: Path) -> None:

@@ -109,21 +109,15 @@ def _steps(w: Window) -> dict[str, Any]:
     steady = w.steady_steps
     walls = [s.wall_ns / 1e6 for s in steady]
     # batch sizes are seen on the steps measured in detail (the probe samples)
-    detailed = w.detailed_steps
-    batches = [s.batch_size for s in detailed if s.batch_size]
-    wall_s = w.step_wall_s
-    samples_per_s = (
-        round(statistics.fmean(batches) * len(steady) / wall_s, 2)
-        if batches and len(batches) == len(detailed) and wall_s
-        else None
-    )
+    batches = [s.batch_size for s in w.detailed_steps if s.batch_size]
+    samples_per_s = w.samples_per_s
     return {
         "count": w.total_steps,
         "steady_count": len(steady),
         "median_ms": round(statistics.median(walls), 3) if walls else None,
         "p90_ms": round(percentile(walls, 90), 3) if walls else None,
-        "steps_per_s": round(len(steady) / wall_s, 2) if wall_s else None,
-        "samples_per_s": samples_per_s,
+        "steps_per_s": round(w.steps_per_s, 2) if w.steps_per_s else None,
+        "samples_per_s": round(samples_per_s, 2) if samples_per_s else None,
         "batch_size": statistics.median(batches) if batches else None,
         "data_wait_fraction": round(w.data_wait_fraction, 4) if steady else None,
         "split": {k: round(v, 4) for k, v in w.split().items()},

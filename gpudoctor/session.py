@@ -119,7 +119,8 @@ class Session:
         try:
             while proc.poll() is None:
                 if self._detached:
-                    return self._finish_detached()
+                    self._drain()
+                    return self._finish(None)
                 now = time.monotonic()
                 timeout = max(0.0, next_tick - now)
                 if pidfd is None:
@@ -182,13 +183,6 @@ class Session:
         """Leave the job running: the loop ends at its next turn (thread-safe)."""
         self._detached = True
 
-    def _finish_detached(self) -> JobExit:
-        self._drain()
-        self.timeline.end_mono_ns = time.monotonic_ns()
-        job_exit = JobExit(exit_code=None, ended_by="detached")
-        self.timeline.exit = job_exit
-        return job_exit
-
     def _escalate(self) -> None:
         if self._stop_started is None or self._escalation >= len(STOP_ESCALATION_S):
             return
@@ -197,7 +191,8 @@ class Session:
             self._escalation += 1
             self.signal_job(sig)
 
-    def _finish(self, returncode: int) -> JobExit:
+    def _finish(self, returncode: int | None) -> JobExit:
+        """How the run ended (returncode None: the doctor left the job running)."""
         assert self.session_id is not None
         self.timeline.end_mono_ns = time.monotonic_ns()
         self.timeline.bad_messages = self.server.bad_messages
@@ -205,8 +200,12 @@ class Session:
             self.store.add(
                 self.session_id, "bad_messages", time.monotonic_ns(), self.server.bad_messages
             )
-        job_exit = classify_exit(
-            returncode, self.timeline.ends, self.timeline.main_pid(), self._stop_reason
+        job_exit = (
+            JobExit(exit_code=None, ended_by="detached")
+            if returncode is None
+            else classify_exit(
+                returncode, self.timeline.ends, self.timeline.main_pid(), self._stop_reason
+            )
         )
         self.timeline.exit = job_exit
         return job_exit

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 from gpudoctor.diagnosis.window import Window
@@ -99,31 +100,88 @@ class Timeline:
             out.update(self.facts.get(main, {}))
         return out
 
+    def last_reading_ns(self) -> int:
+        """The newest host or GPU reading (each arrives in time order), or the start."""
+        times = [self.start_mono_ns]
+        if self.host:
+            times.append(self.host[-1].t_mono_ns)
+        if self.gpus:
+            times.append(self.gpus[-1].t_mono_ns)
+        return max(times)
+
+    def end_ns(self) -> int:
+        """When the run ended, or the newest reading of one still going."""
+        return self.end_mono_ns if self.end_mono_ns is not None else self.last_reading_ns()
+
     def duration_s(self) -> float:
-        end = self.end_mono_ns
-        if end is None:
-            candidates = [s.t_mono_ns for s in self.host] + [g.t_mono_ns for g in self.gpus]
-            end = max(candidates, default=self.start_mono_ns)
-        return max(0.0, (end - self.start_mono_ns) / 1e9)
+        return max(0.0, (self.end_ns() - self.start_mono_ns) / 1e9)
 
     def total_steps(self) -> int:
         pid = self.main_pid()
         return self.step_counts[pid] if pid is not None else 0
 
-    def window(self) -> Window:
+    def window(
+        self,
+        max_steps: int | None = None,
+        max_samples: int | None = None,
+        until_ns: int | None = None,
+    ) -> Window:
+        """The run as a diagnosis window: all of it, or its recent past (the last
+        `max_steps` steps per process, `max_samples` host readings and as many per GPU),
+        as it stood at `until_ns` (a replay: the end is not known yet then)."""
         main = self.main_pid()
-        job_pids = {p.pid for h in self.host for p in h.job} | set(self.facts) | set(self.steps)
+        by_pid = {pid: _recent(s, max_steps, until_ns, _step_end) for pid, s in self.steps.items()}
+        main_steps = by_pid.get(main, ()) if main is not None else ()
+        host = _recent(self.host, max_samples, until_ns, _sample_time)
+        gpu_cap = None if max_samples is None else MAX_GPUS * max_samples
+        gpus = _recent(self.gpus, gpu_cap, until_ns, _sample_time)
+        gauge_cap = None if max_samples is None else RECENT_GAUGES
+        gauges = _recent(self.gauges, gauge_cap, until_ns, _gauge_time)
+        job_pids = {p.pid for h in host for p in h.job} | set(self.facts) | set(self.steps)
+        if until_ns is None:
+            step_count = self.total_steps()
+        else:
+            step_count = main_steps[-1].number + 1 if main_steps else 0
         return Window(
-            steps=tuple(self.main_steps()),
-            step_count=self.total_steps(),
-            steps_by_pid={pid: tuple(s) for pid, s in self.steps.items()},
+            steps=main_steps,
+            step_count=step_count,
+            steps_by_pid=by_pid,
             facts=self.merged_facts(),
             facts_by_pid=dict(self.facts),
-            host=tuple(self.host),
-            gpus=tuple(self.gpus),
-            gauges=tuple(g for pid, g in self.gauges if main is None or pid == main),
-            exit=self.exit,
-            ends=dict(self.ends),
+            host=host,
+            gpus=gpus,
+            gauges=tuple(g for pid, g in gauges if main is None or pid == main),
+            exit=self.exit if until_ns is None else None,
+            ends=dict(self.ends) if until_ns is None else {},
             job_pids=frozenset(job_pids),
             start_mono_ns=self.start_mono_ns,
         )
+
+
+# Recent windows (the TUI's): up to this many GPUs' readings per host reading, and the
+# last this many CUDA allocator gauges (four a second: two minutes).
+MAX_GPUS = 8
+RECENT_GAUGES = 500
+
+
+def _step_end(s: StepRecord) -> int:
+    return s.t_end_mono_ns
+
+
+def _sample_time(s: HostSample | GpuSample) -> int:
+    return s.t_mono_ns
+
+
+def _gauge_time(g: tuple[int, dict[str, Any]]) -> int:
+    return int(g[1].get("t", 0))
+
+
+def _recent(items: Any, n: int | None, until_ns: int | None, t_of: Any) -> tuple[Any, ...]:
+    """The last n items (all when n is None) up to until_ns; from a deque, without
+    copying the rest of it."""
+    if until_ns is not None:
+        kept = [x for x in items if t_of(x) <= until_ns]
+        return tuple(kept[-n:] if n is not None else kept)
+    if n is None:
+        return tuple(items)
+    return tuple(islice(items, max(0, len(items) - n), None))

@@ -106,7 +106,7 @@ def start_live(tmp_path: Path, *job_args: str) -> tuple[Session, Path, Any]:
 
 def test_live_run_fills_the_panels_and_q_can_leave_the_job_running(tmp_path: Path) -> None:
     session, log_path, log = start_live(tmp_path, "--steps", "100000")
-    app = make_live_app(session, log_path, "en", 0.5)
+    app = make_live_app(session, log_path, "en")
     assert session.proc is not None
     pid = session.proc.pid
 
@@ -133,7 +133,7 @@ def test_live_run_fills_the_panels_and_q_can_leave_the_job_running(tmp_path: Pat
 
 def test_live_run_q_can_stop_the_job(tmp_path: Path) -> None:
     session, log_path, log = start_live(tmp_path, "--steps", "100000")
-    app = make_live_app(session, log_path, "en", 0.5)
+    app = make_live_app(session, log_path, "en")
     assert session.proc is not None
 
     async def drive() -> None:

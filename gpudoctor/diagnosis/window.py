@@ -75,6 +75,21 @@ class Window:
         return statistics.median(walls) if walls else 0.0
 
     @cached_property
+    def steps_per_s(self) -> float | None:
+        wall_s = self.step_wall_s
+        return len(self.steady_steps) / wall_s if wall_s else None
+
+    @cached_property
+    def samples_per_s(self) -> float | None:
+        """Steps a second times the batch size, when every step measured in detail saw
+        one (the probe sees batch sizes on those steps only)."""
+        detailed = self.detailed_steps
+        batches = [s.batch_size for s in detailed if s.batch_size]
+        if not batches or len(batches) != len(detailed) or not self.steps_per_s:
+            return None
+        return statistics.fmean(batches) * self.steps_per_s
+
+    @cached_property
     def uses_dataloader(self) -> bool:
         return any(s.loader_ns > 0 for s in self.detailed_steps)
 

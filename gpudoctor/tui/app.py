@@ -5,7 +5,6 @@ worker, or a recorded one moved through in time. Built by `make_live_app` and
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +34,11 @@ class DoctorApp(App[JobExit | None]):
         Binding("enter", "open_finding", "Remedies", show=True),
     ]
 
-    def __init__(self, lang: str = "en", interval_s: float = 1.0) -> None:
+    def __init__(self, lang: str = "en") -> None:
         super().__init__()
         self.lang = lang
-        self.interval_s = interval_s
         self.snapshot: Snapshot | None = None
         self.job_exit: JobExit | None = None
-        self._last_paint = 0.0
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -62,10 +59,7 @@ class DoctorApp(App[JobExit | None]):
 
     @on(SnapshotReady)
     def _on_snapshot(self, message: SnapshotReady) -> None:
-        now = time.monotonic()
-        if now - self._last_paint < self.interval_s * 0.9:
-            return  # --interval caps the repaint rate (a slow SSH link)
-        self._last_paint = now
+        # one snapshot per session tick: --interval sets both, and so caps the repaints
         self.show(message.snapshot)
 
     def show(self, snapshot: Snapshot) -> None:
@@ -215,12 +209,12 @@ class ReplayApp(DoctorApp):
         self._render_at(self.end_ns)
 
 
-def make_live_app(session: Any, output_path: Path | None, lang: str, interval_s: float) -> LiveApp:
-    return LiveApp(session, output_path, lang=lang, interval_s=interval_s)
+def make_live_app(session: Any, output_path: Path | None, lang: str) -> LiveApp:
+    return LiveApp(session, output_path, lang=lang)
 
 
 def make_replay_app(timeline: Timeline, session_id: int, lang: str = "en") -> ReplayApp:
-    return ReplayApp(timeline, session_id, lang=lang, interval_s=0.0)
+    return ReplayApp(timeline, session_id, lang=lang)
 
 
 __all__ = ["DoctorApp", "LiveApp", "ReplayApp", "make_live_app", "make_replay_app"]

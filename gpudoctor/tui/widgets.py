@@ -9,6 +9,7 @@ from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
 from gpudoctor import display
+from gpudoctor.model import Finding
 from gpudoctor.snapshot import Snapshot
 
 
@@ -132,14 +133,12 @@ class FindingsPanel(OptionList):
 
     BORDER_TITLE = "Findings"
 
+    shown: tuple[Finding, ...] | None = None
+
     def show(self, s: Snapshot) -> None:
-        ids = [f.id for f in s.findings]
-        current = [str(o.id) for o in self.options]
-        if ids == current and all(
-            str(self.get_option_at_index(i).prompt) == _prompt_plain(f)
-            for i, f in enumerate(s.findings)
-        ):
+        if s.findings == self.shown:
             return  # unchanged: keep the highlight where the user left it
+        self.shown = s.findings
         highlighted = self.highlighted
         self.clear_options()
         if not s.findings:
@@ -150,17 +149,10 @@ class FindingsPanel(OptionList):
             self.highlighted = min(highlighted, len(s.findings) - 1)
 
 
-def _prompt(f: object) -> Text:
-    from gpudoctor.model import Finding
-
-    assert isinstance(f, Finding)
+def _prompt(f: Finding) -> Text:
     text = Text()
     text.append(f"{f.severity.upper():<6} ", display.SEVERITY_STYLE.get(f.severity, ""))
     text.append(f"{f.id}: ", "bold")
     text.append(f.title)
     text.append(f"\n       {f.evidence}", "dim")
     return text
-
-
-def _prompt_plain(f: object) -> str:
-    return str(_prompt(f))
