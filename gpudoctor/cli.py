@@ -72,6 +72,26 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--lang", choices=("en", "zh"), default=None, help="language of the remedies")
     run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
 
+    watch = add("watch", "attach to a running job (no code injected; it is never stopped)")
+    watch.add_argument("--pid", type=int, required=True, help="the job's process id")
+    watch.add_argument("--headless", action="store_true", help="no TUI: a status line on stderr")
+    watch.add_argument(
+        "--report", type=Path, metavar="PATH", help="write the report (.json or .md)"
+    )
+    watch.add_argument(
+        "--max-seconds", type=_positive_float, metavar="S", help="leave after S seconds"
+    )
+    watch.add_argument(
+        "--interval",
+        type=_positive_float,
+        default=1.0,
+        metavar="S",
+        help="sampling period (default 1 s)",
+    )
+    watch.add_argument(
+        "--lang", choices=("en", "zh"), default=None, help="language of the remedies"
+    )
+
     history = add("history", "recorded sessions, newest first")
     history.add_argument("--limit", type=int, default=20, help="how many to list (default 20)")
 
@@ -108,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         handler = {
             "run": cmd_run,
+            "watch": cmd_watch,
             "history": cmd_history,
             "report": cmd_report,
             "replay": cmd_replay,
@@ -143,12 +164,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(
             "gpudoctor run: no command given (usage: gpudoctor run [OPTIONS] -- CMD [ARGS...])"
         )
-    report_path: Path | None = args.report
-    if report_path is not None:
-        if report_path.suffix not in (".json", ".md"):
-            raise UsageError(f"gpudoctor run: --report must end in .json or .md: {report_path}")
-        if not report_path.parent.is_dir():
-            raise UsageError(f"gpudoctor run: no such folder for --report: {report_path.parent}")
+    report_path = _report_path(args, "run")
     lang = args.lang or default_lang()
     if not args.headless and not (sys.stdin.isatty() and sys.stdout.isatty()):
         print("gpudoctor: no terminal for the TUI: running headless.", file=sys.stderr)
@@ -200,6 +216,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         session.close()
         store.close()
     return _conclude(report, report_path, job_exit)
+
+
+def _report_path(args: argparse.Namespace, name: str) -> Path | None:
+    path: Path | None = args.report
+    if path is not None:
+        if path.suffix not in (".json", ".md"):
+            raise UsageError(f"gpudoctor {name}: --report must end in .json or .md: {path}")
+        if not path.parent.is_dir():
+            raise UsageError(f"gpudoctor {name}: no such folder for --report: {path.parent}")
+    return path
 
 
 def _record_end(session: Any, store: Any, job_exit: JobExit, lang: str) -> dict[str, Any]:
@@ -288,6 +314,118 @@ def _run_tui(
     return _conclude(report, report_path, job_exit, tuple(notes))
 
 
+# -- watch ------------------------------------------------------------------------------------
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    """Attach to a running job; every way out leaves it running, untouched."""
+    from gpudoctor.sources.nvml import NvmlReader
+    from gpudoctor.sources.stacks import AttachError, check_access, find_py_spy
+    from gpudoctor.watch import container_message, find_target, foreign_gpu_pids
+
+    report_path = _report_path(args, "watch")
+    lang = args.lang or default_lang()
+    try:
+        target = find_target(args.pid)
+    except AttachError as exc:
+        raise UsageError(f"gpudoctor watch: {exc}") from None
+    if not args.headless and not (sys.stdin.isatty() and sys.stdout.isatty()):
+        args.headless = True  # said once the checks pass
+        print_headless = True
+    else:
+        print_headless = False
+    not_python = (
+        f"pid {target.pid} ({' '.join(target.command)[:60]}) is not a Python process: "
+        "only its GPU and host use can be watched"
+    )
+    py_spy = None
+    if target.python:
+        py_spy = find_py_spy()
+        if py_spy is None:
+            raise UsageError(
+                "gpudoctor watch: py-spy is not installed (it samples the job from outside): "
+                "pip install py-spy"
+            )
+        try:
+            check_access(py_spy, target.pid)
+        except AttachError as exc:
+            raise UsageError(f"gpudoctor watch: {exc}") from None
+    elif args.headless:
+        raise UsageError(f"gpudoctor watch: {not_python} (in the TUI: drop --headless)")
+    nvml = NvmlReader()
+    foreign = foreign_gpu_pids(nvml.read())
+    if foreign:
+        raise UsageError(f"gpudoctor watch: {container_message(foreign, target.pid)}")
+    store = _open_store(args)
+    if print_headless:
+        print("gpudoctor: no terminal for the TUI: watching headless.", file=sys.stderr)
+    from gpudoctor.watch import WatchSession
+
+    session = WatchSession(
+        target,
+        store,
+        interval_s=args.interval,
+        max_seconds=args.max_seconds,
+        nvml=nvml,
+        py_spy=py_spy,
+    )
+    session.start()
+    if not args.headless:
+        code = _watch_tui(session, store, lang, report_path)
+        if not target.python and code == 0:
+            print(f"gpudoctor watch: {not_python}", file=sys.stderr)
+            return USAGE_ERROR
+        return code
+    from gpudoctor.live import status_line
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        session.detach()  # Ctrl-C at the doctor: leave, the job goes on
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    print(
+        f"gpudoctor: watching pid {target.pid} ({' '.join(target.command)[:80]}); "
+        "Ctrl-C leaves it running",
+        file=sys.stderr,
+    )
+    try:
+        job_exit = session.run(lambda t: print(status_line(t), file=sys.stderr, flush=True))
+        report = _record_end(session, store, job_exit, lang)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        session.close()
+        store.close()
+    _conclude(report, report_path, job_exit)
+    return 0  # left, or the job ended: its exit code cannot be seen from outside
+
+
+def _watch_tui(session: Any, store: Any, lang: str, report_path: Path | None) -> int:
+    from gpudoctor.tui.app import make_live_app
+
+    app = make_live_app(session, None, lang)
+    try:
+        app.run()
+    finally:
+        if session.timeline.exit is None:
+            session.detach()
+            deadline = time.monotonic() + 2 * session.interval_s + 2
+            while session.timeline.exit is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+        session.close()
+    job_exit = session.timeline.exit
+    if job_exit is None:
+        store.close()
+        print("gpudoctor: the watch did not end cleanly; the job goes on", file=sys.stderr)
+        return 3
+    try:
+        report = _record_end(session, store, job_exit, lang)
+    finally:
+        store.close()
+    notes = (f"pid {session.job_pid} was left running",) if job_exit.ended_by == "detached" else ()
+    _conclude(report, report_path, job_exit, notes)
+    return 0
+
+
 def _write_report(report: dict[str, Any], path: Path) -> None:
     from gpudoctor import report as reports
 
@@ -310,12 +448,20 @@ def _print_findings(report: dict[str, Any]) -> None:
     s = report["steps"]
     out = sys.stderr
     print("", file=out)
+    counted = f", {s['count']} steps" if s["count"] is not None else ""
     print(
         f"gpudoctor: session {report['session']}: {status_words(report)}, "
-        f"{report['duration_s']:.1f} s, {s['count']} steps",
+        f"{report['duration_s']:.1f} s{counted}",
         file=out,
     )
-    if s["median_ms"] is not None:
+    if s.get("stack_samples") is not None:
+        line = f"  from outside: {s['stack_samples']} stack samples of the main thread"
+        if s["steps_per_s"]:
+            line += f", about {s['steps_per_s']:.1f} steps/s"
+        if s["data_wait_fraction"] is not None:
+            line += f", data wait about {s['data_wait_fraction']:.0%}"
+        print(line, file=out)
+    elif s["median_ms"] is not None:
         line = f"  step {s['median_ms']:.1f} ms median, {s['p90_ms']:.1f} ms p90"
         if s["samples_per_s"]:
             line += f", {s['samples_per_s']:.1f} samples/s"
@@ -325,7 +471,8 @@ def _print_findings(report: dict[str, Any]) -> None:
     if not report["findings"]:
         print("  no findings: nothing measured points at a bottleneck", file=out)
     for f in report["findings"]:
-        print(f"  [{f['severity']}] {f['id']}: {f['title']}", file=out)
+        estimated = ", estimated" if f.get("confidence") == "estimated" else ""
+        print(f"  [{f['severity']}{estimated}] {f['id']}: {f['title']}", file=out)
         print(f"      {f['evidence']}", file=out)
         for r in f["remedies"][:3]:
             print(f"      -> {r['id']}: {r['how']}", file=out)
@@ -356,7 +503,8 @@ def cmd_history(args: argparse.Namespace) -> int:
         started = time.strftime("%Y-%m-%d %H:%M", time.localtime(row.started_unix))
         took = f"{row.duration_s:.0f}s" if row.duration_s is not None else "-"
         ended = f"{row.exit.ended_by} ({row.exit.exit_code})" if row.exit else "incomplete"
-        steps = row.summary.get("steps", "-")
+        steps = row.summary.get("steps")
+        steps = "-" if steps is None else steps
         top = row.summary.get("top_finding") or "-"
         command = " ".join(row.command)
         print(

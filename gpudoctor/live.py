@@ -10,11 +10,17 @@ from gpudoctor.timeline import Timeline
 RECENT_S = 5.0
 
 
+# watch mode: the data wait over the last few stack chunks (py-spy's, 5 s each)
+RECENT_CHUNKS = 3
+
+
 def status_line(timeline: Timeline) -> str:
     elapsed = timeline.duration_s()
     steps = timeline.main_steps()
     parts = [f"steps {timeline.total_steps()}"]
-    if steps:
+    if timeline.mode == "watch":
+        parts = [f"pid {timeline.watched_pid}"] + _stack_words(timeline)
+    elif steps:
         cutoff = steps[-1].t_end_mono_ns - int(RECENT_S * 1e9)
         recent = list(takewhile(lambda s: s.t_end_mono_ns >= cutoff, islice(reversed(steps), 2000)))
         recent = recent or [steps[-1]]
@@ -40,3 +46,14 @@ def status_line(timeline: Timeline) -> str:
         h = timeline.host[-1]
         parts.append(f"CPU {h.cpu_pct:.0f}% (job {h.job_cpu_cores:.1f} cores)")
     return f"[gpudoctor {elapsed:4.0f}s] " + " · ".join(parts)
+
+
+def _stack_words(timeline: Timeline) -> list[str]:
+    """Estimates from the last stack chunks (watch mode), marked with ~."""
+    w = timeline.window(max_samples=RECENT_CHUNKS)
+    if not w.stack_total:
+        return ["no stack samples yet"]
+    words = [f"data wait ~{w.data_wait_fraction:.0%} ({w.stack_total} samples)"]
+    if w.steps_per_s:
+        words.append(f"~{w.steps_per_s:.1f} steps/s")
+    return words

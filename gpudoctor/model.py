@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
 Severity = Literal["high", "medium", "low", "info"]
+# "estimated": the finding rests on a signal read from outside the process (watch mode:
+# stack samples instead of the probe's step timings)
+Confidence = Literal["measured", "estimated"]
 # "detached": the doctor was told to leave the job running (the TUI's `q`, then `l`)
 EndedBy = Literal["exit", "signal", "oom", "exception", "max-seconds", "detached"]
 
@@ -112,6 +115,42 @@ class StepRecord(NamedTuple):
     detail: int = 1
 
 
+# Loop counters worth reading, best first (an `enumerate` index, a step counter).
+COUNTER_NAMES = (
+    "global_step",
+    "step",
+    "steps",
+    "iteration",
+    "iter_num",
+    "it",
+    "batch_idx",
+    "batch_index",
+    "i",
+)
+
+
+@dataclass(frozen=True)
+class StackChunk:
+    """What the main thread of a watched process was doing over a few seconds, from
+    py-spy's samples (watch mode, where no probe runs inside the job).
+
+    `samples` counts the main thread's samples by what they were in: "loader" (inside
+    torch.utils.data), "input" (other input waits: queue gets, file and image reads),
+    "forward", "backward", "optimizer", "other". `counters` are the training loop's
+    integer locals (`step`, `i`, ...) read at `counters_t_mono_ns`, by "function:name";
+    two readings give a step rate."""
+
+    t_start_mono_ns: int
+    t_end_mono_ns: int
+    samples: dict[str, int]
+    counters: dict[str, int] = field(default_factory=dict)
+    counters_t_mono_ns: int | None = None
+
+    @property
+    def total(self) -> int:
+        return sum(self.samples.values())
+
+
 @dataclass(frozen=True)
 class JobFacts:
     """What the probe audited in one process of the job (merged over its life)."""
@@ -140,10 +179,16 @@ class Finding:
     evidence: str
     remedies: tuple[str, ...] = ()
     estimated_gain: float | None = None
+    confidence: Confidence = "measured"
 
-    def rank_key(self) -> tuple[int, float]:
+    def rank_key(self) -> tuple[int, bool, float]:
+        """By severity, then measured before estimated, then estimated gain."""
         order = {"high": 0, "medium": 1, "low": 2, "info": 3}
-        return (order[self.severity], -(self.estimated_gain or 0.0))
+        return (
+            order[self.severity],
+            self.confidence == "estimated",
+            -(self.estimated_gain or 0.0),
+        )
 
 
 @dataclass(frozen=True)

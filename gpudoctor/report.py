@@ -60,6 +60,10 @@ def build(timeline: Timeline, session_id: int | None, lang: str = "en") -> dict[
     return {
         "schema": SCHEMA,
         "session": session_id,
+        "mode": timeline.mode,
+        "watched_pid": timeline.watched_pid,
+        # measures estimated rather than measured (watch mode: from stack samples)
+        "estimated": list(window.estimated_measures),
         "command": timeline.command,
         "exit_code": job_exit.exit_code if job_exit else None,
         "ended_by": job_exit.ended_by if job_exit else None,
@@ -93,6 +97,7 @@ def _finding(f: Finding, facts: dict[str, Any], cores: int, lang: str) -> dict[s
         "title": f.title,
         "evidence": f.evidence,
         "estimated_gain": f.estimated_gain,
+        "confidence": f.confidence,
         "remedies": [
             {
                 "id": r,
@@ -111,6 +116,20 @@ def _steps(w: Window) -> dict[str, Any]:
     # batch sizes are seen on the steps measured in detail (the probe samples)
     batches = [s.batch_size for s in w.detailed_steps if s.batch_size]
     samples_per_s = w.samples_per_s
+    if w.estimated or w.stacks:  # watch mode: no step was timed
+        return {
+            "count": None,
+            "steady_count": None,
+            "median_ms": round(w.step_median_ms, 3) if w.steps_per_s else None,
+            "p90_ms": None,
+            "steps_per_s": round(w.steps_per_s, 2) if w.steps_per_s else None,
+            "samples_per_s": None,
+            "batch_size": None,
+            "data_wait_fraction": round(w.data_wait_fraction, 4) if w.stack_total else None,
+            "split": {k: round(v, 4) for k, v in w.split().items()},
+            "syncs_per_step": None,
+            "stack_samples": w.stack_total,
+        }
     return {
         "count": w.total_steps,
         "steady_count": len(steady),
@@ -192,6 +211,8 @@ def _host(w: Window) -> dict[str, Any]:
 
 
 def _notes(timeline: Timeline, w: Window) -> list[str]:
+    if timeline.mode == "watch":
+        return _watch_notes(timeline, w)
     notes = []
     if not timeline.facts and not timeline.steps:
         notes.append(
@@ -215,6 +236,30 @@ def _notes(timeline: Timeline, w: Window) -> list[str]:
     return notes
 
 
+def _watch_notes(timeline: Timeline, w: Window) -> list[str]:
+    notes = [
+        f"Watched pid {timeline.watched_pid} from outside (no code in the job): GPU and "
+        "host readings are measured; the data wait, the step split and the step rate are "
+        "estimated from py-spy's samples of its main thread, and findings that rest on "
+        "them say confidence: estimated."
+    ]
+    facts = timeline.facts.get(timeline.watched_pid or -1, {})
+    if not facts.get("stack_sampling"):
+        notes.append("No stack sampling (not a Python process): GPU and host readings only.")
+    elif not w.stack_total:
+        notes.append("py-spy returned no samples of the main thread: no step estimates.")
+    elif not w.steps_per_s:
+        notes.append(
+            "No training-loop counter (a local named step, i, it, ...) rose between "
+            "readings: the step rate is unknown."
+        )
+    if timeline.exit is not None and timeline.exit.ended_by == "detached":
+        notes.append("The doctor left; the job was left running, untouched.")
+    elif timeline.exit is not None:
+        notes.append("The job ended while watched; its exit code is not visible from outside.")
+    return notes
+
+
 # -- text forms ------------------------------------------------------------------------------
 
 
@@ -227,6 +272,13 @@ def status_words(report: dict[str, Any]) -> str:
     code = report.get("exit_code")
     if ended is None:
         return "record incomplete (the doctor stopped first)"
+    if report.get("mode") == "watch":
+        pid = report.get("watched_pid")
+        if ended == "detached":
+            return f"watched pid {pid}, left running"
+        return f"watched pid {pid} until it ended"
+    if ended == "detached":
+        return "left running"
     return f"ended by {ended}, exit code {code}"
 
 
@@ -237,14 +289,7 @@ def to_markdown(report: dict[str, Any]) -> str:
         "",
         f"- command: `{' '.join(report['command'])}`",
         f"- {status_words(report)}, {report['duration_s']:.1f} s",
-        f"- steps: {s['count']}"
-        + (f", median {s['median_ms']:.1f} ms, p90 {s['p90_ms']:.1f} ms" if s["median_ms"] else "")
-        + (f", {s['samples_per_s']:.1f} samples/s" if s["samples_per_s"] else "")
-        + (
-            f", data wait {s['data_wait_fraction']:.0%}"
-            if s["data_wait_fraction"] is not None
-            else ""
-        ),
+        _steps_words(s),
         f"- GPU: {report['gpu_status']}",
     ]
     for g in report["gpus"]:
@@ -263,13 +308,31 @@ def to_markdown(report: dict[str, Any]) -> str:
     if not report["findings"]:
         lines.append("No findings: nothing measured points at a bottleneck.")
     for n, f in enumerate(report["findings"], 1):
-        lines.append(f"{n}. **{f['id']}** ({f['severity']}): {f['title']}")
+        confidence = ", estimated" if f.get("confidence") == "estimated" else ""
+        lines.append(f"{n}. **{f['id']}** ({f['severity']}{confidence}): {f['title']}")
         lines.append(f"   {f['evidence']}")
         for r in f["remedies"]:
             lines.append(f"   - `{r['id']}` {r['title']} [guide: {r['guide']}]: {r['how']}")
     if report["notes"]:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in report["notes"]]
     return "\n".join(lines) + "\n"
+
+
+def _steps_words(s: dict[str, Any]) -> str:
+    if s.get("stack_samples") is not None:  # watch mode
+        words = f"- steps: not timed (watched from outside; {s['stack_samples']} stack samples)"
+        if s["steps_per_s"]:
+            words += f", about {s['steps_per_s']:.1f} steps/s ({s['median_ms']:.1f} ms a step)"
+    else:
+        words = f"- steps: {s['count']}"
+        if s["median_ms"]:
+            words += f", median {s['median_ms']:.1f} ms, p90 {s['p90_ms']:.1f} ms"
+        if s["samples_per_s"]:
+            words += f", {s['samples_per_s']:.1f} samples/s"
+    if s["data_wait_fraction"] is not None:
+        approx = "about " if s.get("stack_samples") is not None else ""
+        words += f", data wait {approx}{s['data_wait_fraction']:.0%}"
+    return words
 
 
 def _gib(value: int | None) -> str:

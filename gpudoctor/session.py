@@ -46,7 +46,56 @@ def probe_env(socket_path: str, base: dict[str, str] | None = None) -> dict[str,
     return env
 
 
-class Session:
+class Recorder:
+    """What launching and attaching share: the timeline and the store, the host and GPU
+    readings each tick, and leaving the job running."""
+
+    def __init__(
+        self,
+        command: list[str],
+        store: Store,
+        interval_s: float = 1.0,
+        max_seconds: float | None = None,
+        nvml: NvmlReader | None = None,
+    ) -> None:
+        self.command = command
+        self.store = store
+        self.interval_s = interval_s
+        self.max_seconds = max_seconds
+        self.nvml = nvml if nvml is not None else NvmlReader()
+        self._detached = False
+        self.timeline = Timeline(
+            command, time.time(), time.monotonic_ns(), gpu_reason=self.nvml.reason
+        )
+        self.session_id: int | None = None
+        self.host: HostReader | None = None
+
+    @property
+    def job_pid(self) -> int | None:
+        raise NotImplementedError
+
+    # the TUI's `q`: whether it may offer to stop the job (watch mode never does)
+    can_stop = True
+
+    def _read_host_and_gpus(self) -> None:
+        assert self.session_id is not None and self.host is not None
+        host = self.host.read()
+        self.timeline.host.append(host)
+        self.store.add(self.session_id, "host", host.t_mono_ns, encode(host))
+        gpus = self.nvml.read()
+        if gpus:
+            self.timeline.gpus.extend(gpus)
+            self.store.add(self.session_id, "gpu", gpus[0].t_mono_ns, [encode(g) for g in gpus])
+
+    def detach(self) -> None:
+        """Leave the job running: the loop ends at its next turn (thread-safe)."""
+        self._detached = True
+
+    def stop(self, reason: EndedBy = "max-seconds") -> None:
+        raise NotImplementedError
+
+
+class Session(Recorder):
     def __init__(
         self,
         command: list[str],
@@ -57,28 +106,22 @@ class Session:
         output: IO[Any] | None = None,
         own_terminal: bool = False,
     ) -> None:
-        self.command = command
-        self.store = store
-        self.interval_s = interval_s
-        self.max_seconds = max_seconds
-        self.nvml = nvml if nvml is not None else NvmlReader()
+        super().__init__(command, store, interval_s, max_seconds, nvml)
         self.output = output
         # Under the TUI the job must not share the doctor's terminal: its own session
         # (terminal signals and a closed terminal do not reach it), no stdin, output in
         # a log file, so that leaving it running really leaves it running.
         self.own_terminal = own_terminal
-        self._detached = False
-        self.timeline = Timeline(
-            command, time.time(), time.monotonic_ns(), gpu_reason=self.nvml.reason
-        )
-        self.session_id: int | None = None
         self.proc: subprocess.Popen[bytes] | None = None
         self._dir = tempfile.mkdtemp(prefix="gpudoctor-")
         self.server = ProbeServer(os.path.join(self._dir, "probe.sock"))
-        self.host: HostReader | None = None
         self._stop_started: float | None = None
         self._stop_reason: EndedBy | None = None
         self._escalation = 0
+
+    @property
+    def job_pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
 
     # -- launch ---------------------------------------------------------------------------
 
@@ -111,7 +154,7 @@ class Session:
         proc = self.proc
         selector = selectors.DefaultSelector()
         selector.register(self.server, selectors.EVENT_READ, "probe")
-        pidfd = _pidfd(proc.pid)
+        pidfd = open_pidfd(proc.pid)
         if pidfd is not None:
             selector.register(pidfd, selectors.EVENT_READ, "exit")
         started = time.monotonic()
@@ -153,15 +196,9 @@ class Session:
             self.store.add_raw(self.session_id, "probe", t, raw.decode())
 
     def _tick(self) -> None:
-        assert self.session_id is not None and self.host is not None
+        assert self.host is not None
         self.host.step_pids = set(self.timeline.steps)
-        host = self.host.read()
-        self.timeline.host.append(host)
-        self.store.add(self.session_id, "host", host.t_mono_ns, encode(host))
-        gpus = self.nvml.read()
-        if gpus:
-            self.timeline.gpus.extend(gpus)
-            self.store.add(self.session_id, "gpu", gpus[0].t_mono_ns, [encode(g) for g in gpus])
+        self._read_host_and_gpus()
         self.store.commit()
 
     # -- stopping -------------------------------------------------------------------------
@@ -178,10 +215,6 @@ class Session:
         if self.proc is not None and self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.send_signal(sig)
-
-    def detach(self) -> None:
-        """Leave the job running: the loop ends at its next turn (thread-safe)."""
-        self._detached = True
 
     def _escalate(self) -> None:
         if self._stop_started is None or self._escalation >= len(STOP_ESCALATION_S):
@@ -247,7 +280,9 @@ def classify_exit(
     )
 
 
-def _pidfd(pid: int) -> int | None:
+def open_pidfd(pid: int) -> int | None:
+    """A file descriptor that becomes readable when the process ends (any process, not
+    only a child: Linux >= 5.3), or None where there is none."""
     opener = getattr(os, "pidfd_open", None)
     if opener is None:
         return None

@@ -48,6 +48,8 @@ class Snapshot:
     job_gpu_pids: frozenset[int] = frozenset()
     output_tail: tuple[str, ...] = ()
     output_path: str | None = None
+    mode: str = "run"  # "watch": no step timed; the step measures are estimates
+    stack_samples: int = 0  # watch mode: py-spy's samples of the main thread
 
     @property
     def running(self) -> bool:
@@ -91,6 +93,7 @@ def take(
             history.setdefault(g.index, []).append(float(g.util_gpu_pct))
     steps = w.steady_steps
     walls = [s.wall_ns / 1e6 for s in steps]
+    measured = bool(steps) or w.estimated
     findings = tuple(diagnose(w)) if steps or w.host or w.exit else ()
     if until_ns is None:
         now, elapsed = timeline.last_reading_ns(), timeline.duration_s()
@@ -107,18 +110,20 @@ def take(
         gpu_util_history={i: tuple(v[-HISTORY_POINTS:]) for i, v in history.items()},
         host=w.host[-1] if w.host else None,
         steps_total=w.total_steps,
-        step_p50_ms=w.step_median_ms if walls else None,
+        step_p50_ms=w.step_median_ms if walls or w.steps_per_s else None,
         step_p90_ms=percentile(walls, 90) if walls else None,
         step_history_ms=tuple(walls[-HISTORY_POINTS:]),
         steps_per_s=w.steps_per_s,
         samples_per_s=w.samples_per_s,
-        data_wait_fraction=w.data_wait_fraction if steps else None,
-        split=w.split() if steps else {},
+        data_wait_fraction=w.data_wait_fraction if measured else None,
+        split=w.split() if measured else {},
         findings=findings,
         facts=w.facts,
         job_gpu_pids=w.job_pids,
         output_tail=read_tail(output_path),
         output_path=str(output_path) if output_path else None,
+        mode=timeline.mode,
+        stack_samples=w.stack_total,
     )
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpudoctor.model import GpuProcess, GpuSample, HostSample, JobExit, ProcSample
+from gpudoctor.model import GpuProcess, GpuSample, HostSample, JobExit, ProcSample, StackChunk
 from gpudoctor.timeline import Timeline
 
 SCHEMA = """
@@ -199,6 +199,11 @@ def apply_record(timeline: Timeline, kind: str, data: Any) -> None:
         timeline.host.append(decode_host(data))
     elif kind == "gpu":
         timeline.gpus.extend(decode_gpu(g) for g in data)
+    elif kind == "stacks":
+        timeline.stacks.append(StackChunk(**data))
+    elif kind == "watch":
+        timeline.watched_pid = int(data["pid"])
+        timeline.facts.setdefault(timeline.watched_pid, {}).update(data.get("facts", {}))
     elif kind == "bad_messages":
         timeline.bad_messages = int(data)
 

@@ -13,7 +13,7 @@ from itertools import islice
 from typing import Any
 
 from gpudoctor.diagnosis.window import Window
-from gpudoctor.model import GpuSample, HostSample, JobExit, StepRecord
+from gpudoctor.model import GpuSample, HostSample, JobExit, StackChunk, StepRecord
 from gpudoctor.probe import protocol
 
 BATCH = protocol.STEP_FIELDS.index("batch_size")
@@ -45,6 +45,13 @@ class Timeline:
     bad_messages: int = 0
     exit: JobExit | None = None
     end_mono_ns: int | None = None
+    # watch mode: the attached process (no probe inside it) and its stack chunks
+    watched_pid: int | None = None
+    stacks: deque[StackChunk] = field(default_factory=_samples)
+
+    @property
+    def mode(self) -> str:
+        return "watch" if self.watched_pid is not None else "run"
 
     def ingest_probe(self, message: dict[str, Any]) -> None:
         pid = int(message["pid"])
@@ -136,6 +143,7 @@ class Timeline:
         gpus = _recent(self.gpus, gpu_cap, until_ns, _sample_time)
         gauge_cap = None if max_samples is None else RECENT_GAUGES
         gauges = _recent(self.gauges, gauge_cap, until_ns, _gauge_time)
+        stacks = _recent(self.stacks, max_samples, until_ns, _chunk_end)
         job_pids = {p.pid for h in host for p in h.job} | set(self.facts) | set(self.steps)
         if until_ns is None:
             step_count = self.total_steps()
@@ -154,6 +162,7 @@ class Timeline:
             ends=dict(self.ends) if until_ns is None else {},
             job_pids=frozenset(job_pids),
             start_mono_ns=self.start_mono_ns,
+            stacks=stacks,
         )
 
 
@@ -165,6 +174,10 @@ RECENT_GAUGES = 500
 
 def _step_end(s: StepRecord) -> int:
     return s.t_end_mono_ns
+
+
+def _chunk_end(c: StackChunk) -> int:
+    return c.t_end_mono_ns
 
 
 def _sample_time(s: HostSample | GpuSample) -> int:

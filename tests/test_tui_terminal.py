@@ -8,7 +8,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from conftest import PY, ROOT, SAMPLES
+from conftest import PY, ROOT, SAMPLES, env_without_probe
 
 # scripts/test.sh installs tmux; without it this fails rather than skips
 assert shutil.which("tmux"), "tmux is needed: apt-get install tmux"
@@ -54,3 +54,33 @@ def test_the_app_in_tmux_runs_stops_the_job_and_restores_the_terminal(tmp_path: 
         assert "╭" not in text  # the app's frame is gone: the terminal is restored
     finally:
         subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+
+
+def test_watch_mode_in_tmux_shows_the_job_and_q_leaves_it_running(tmp_path: Path) -> None:
+    name = f"gpudoctor-watch-{tmp_path.name}"
+    done = tmp_path / "done"
+    job = subprocess.Popen(
+        [PY, str(SAMPLES / "dataloader_bound.py"), "--seconds", "120"],
+        stdout=subprocess.DEVNULL,
+        env=env_without_probe(),
+        cwd=SAMPLES,
+    )
+    command = (
+        f"cd {ROOT} && GPUDOCTOR_STORE={tmp_path / 's.db'} {PY} -m gpudoctor watch "
+        f"--pid {job.pid}; echo EXIT=$? > {done}; echo SHELL-IS-BACK; sleep 60"
+    )
+    try:
+        time.sleep(4)  # the job imports torch and starts training
+        tmux("new-session", "-d", "-s", name, "-x", "80", "-y", "24", command)
+        text = wait_screen(name, "GPU", "Host", "Job", "Findings", f"watching pid {job.pid}")
+        assert "CPU-only" in text
+        wait_screen(name, "input-bound", timeout=40)  # from py-spy's first chunks
+        tmux("send-keys", "-t", name, "q")  # no question: a watched job is never stopped
+        text = wait_screen(name, "SHELL-IS-BACK", timeout=30)
+        assert "left running" in text and "╭" not in text
+        assert done.read_text().strip() == "EXIT=0"
+        assert job.poll() is None  # untouched
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+        job.kill()
+        job.wait()

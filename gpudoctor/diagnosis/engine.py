@@ -57,7 +57,14 @@ REFINES = {
 
 
 def diagnose(window: Window) -> list[Finding]:
-    findings = [f for f in (rule.evaluate(window) for rule in RULES) if f is not None]
+    findings = []
+    for rule in RULES:
+        finding = rule.evaluate(window)
+        if finding is None:
+            continue
+        if window.estimated and getattr(rule, "STEP_SIGNALS", False):
+            finding = dataclasses.replace(finding, confidence="estimated")
+        findings.append(finding)
     findings = _explain_low_util(findings)
     return rank(findings)
 
@@ -66,7 +73,7 @@ def rank(findings: list[Finding]) -> list[Finding]:
     """By severity, then estimated gain; a refining finding just above the one it refines."""
     by_id = {f.id: f for f in findings}
 
-    def key(f: Finding) -> tuple[bool, tuple[int, float], int]:
+    def key(f: Finding) -> tuple[bool, tuple[int, bool, float], int]:
         first = f.id not in FIRST
         parent = by_id.get(REFINES.get(f.id, ""))
         if parent is not None and parent.rank_key() <= f.rank_key():

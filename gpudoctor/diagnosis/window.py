@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from gpudoctor.model import GpuSample, HostSample, JobExit, StepRecord
+from gpudoctor.model import COUNTER_NAMES, GpuSample, HostSample, JobExit, StackChunk, StepRecord
 
 # Steps before this are warm-up (allocator growth, cuDNN autotuning, worker start-up,
 # compilation): excluded from the step measures. Whole runs shorter than
@@ -19,6 +19,11 @@ from gpudoctor.model import GpuSample, HostSample, JobExit, StepRecord
 WARMUP_STEPS = 5
 # GPU samples during the first seconds of a job are start-up (loading, CUDA init).
 WARMUP_SECONDS = 5.0
+# Watch mode: the share of the main thread's stack samples stands in for the share of
+# step time; below this many samples (2 s at py-spy's 20 Hz) it says too little.
+MIN_STACK_SAMPLES = 40
+# What watch mode estimates from stack samples instead of measuring per step.
+ESTIMATED_MEASURES = ("data_wait_fraction", "split", "steps_per_s", "step_median_ms")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -28,6 +33,34 @@ def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     k = max(0, min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1))))
     return ordered[k]
+
+
+def stack_steps_per_s(chunks: tuple[StackChunk, ...] | list[StackChunk]) -> float | None:
+    """A step rate from the loop counters of consecutive chunks: the counter that rose
+    the most often (best-named first when tied), over the intervals where it rose (a
+    counter that fell restarted with an epoch: that interval is left out)."""
+    readings = [c for c in chunks if c.counters and c.counters_t_mono_ns is not None]
+    if len(readings) < 2:
+        return None
+    rises: dict[str, tuple[int, int, int]] = {}  # key -> (intervals, steps, ns)
+    for a, b in zip(readings, readings[1:], strict=False):
+        assert a.counters_t_mono_ns is not None and b.counters_t_mono_ns is not None
+        dt = b.counters_t_mono_ns - a.counters_t_mono_ns
+        for key, value in b.counters.items():
+            before = a.counters.get(key)
+            if before is not None and value > before and dt > 0:
+                n, steps, ns = rises.get(key, (0, 0, 0))
+                rises[key] = (n + 1, steps + value - before, ns + dt)
+    if not rises:
+        return None
+
+    def rank(key: str) -> tuple[int, int]:
+        name = key.rsplit(":", 1)[-1]
+        return (-rises[key][0], COUNTER_NAMES.index(name))
+
+    best = min(rises, key=rank)
+    _, steps, ns = rises[best]
+    return steps / (ns / 1e9) if ns else None
 
 
 @dataclass(frozen=True)
@@ -44,6 +77,7 @@ class Window:
     ends: dict[int, dict[str, Any]] = field(default_factory=dict)
     job_pids: frozenset[int] = frozenset()
     start_mono_ns: int = 0
+    stacks: tuple[StackChunk, ...] = ()  # watch mode: py-spy's samples of the main thread
 
     # -- steps -------------------------------------------------------------------------
 
@@ -71,13 +105,56 @@ class Window:
 
     @cached_property
     def step_median_ms(self) -> float:
+        """The median step; estimated as the mean (1 / steps a second) in watch mode."""
         walls = [s.wall_ns / 1e6 for s in self.steady_steps]
-        return statistics.median(walls) if walls else 0.0
+        if walls:
+            return statistics.median(walls)
+        rate = self.steps_per_s if self.estimated else None
+        return 1000.0 / rate if rate else 0.0
 
     @cached_property
     def steps_per_s(self) -> float | None:
         wall_s = self.step_wall_s
-        return len(self.steady_steps) / wall_s if wall_s else None
+        if wall_s:
+            return len(self.steady_steps) / wall_s
+        return stack_steps_per_s(self.stacks) if self.estimated else None
+
+    def has_steps(self, minimum: int) -> bool:
+        """Enough of the job's steps seen to judge the step measures: steps the probe
+        timed, or in watch mode enough stack samples of the main thread."""
+        if len(self.steady_steps) >= minimum:
+            return True
+        return self.estimated and self.stack_total >= MIN_STACK_SAMPLES
+
+    # -- watch mode: stack samples ---------------------------------------------------------
+
+    @cached_property
+    def stack_counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for chunk in self.stacks:
+            for cls, n in chunk.samples.items():
+                out[cls] = out.get(cls, 0) + n
+        return out
+
+    @cached_property
+    def stack_total(self) -> int:
+        return sum(self.stack_counts.values())
+
+    @cached_property
+    def estimated(self) -> bool:
+        """The step measures are estimates from stack samples (watch mode): no probe
+        timed any step."""
+        return not self.steps and self.stack_total > 0
+
+    @cached_property
+    def estimated_measures(self) -> tuple[str, ...]:
+        if not self.estimated:
+            return ()
+        return tuple(m for m in ESTIMATED_MEASURES if m != "steps_per_s" or self.steps_per_s)
+
+    def _stack_share(self, *classes: str) -> float:
+        total = self.stack_total
+        return sum(self.stack_counts.get(c, 0) for c in classes) / total if total else 0.0
 
     @cached_property
     def samples_per_s(self) -> float | None:
@@ -91,12 +168,18 @@ class Window:
 
     @cached_property
     def uses_dataloader(self) -> bool:
+        if self.estimated:
+            return self.stack_counts.get("loader", 0) > 0
         return any(s.loader_ns > 0 for s in self.detailed_steps)
 
     @cached_property
     def data_wait_fraction(self) -> float:
         """Share of step time waiting for input: inside DataLoader `__next__`, or for a
-        job with no DataLoader, host time between a step's end and the next forward."""
+        job with no DataLoader, host time between a step's end and the next forward.
+        Watch mode: the share of the main thread's samples in the DataLoader or other
+        input waits (queue gets, file and image reads)."""
+        if self.estimated:
+            return self._stack_share("loader", "input")
         steps = self.detailed_steps
         wall = sum(s.wall_ns for s in steps)
         if wall <= 0:
@@ -108,7 +191,16 @@ class Window:
         return min(1.0, wait / wall)
 
     def split(self) -> dict[str, float]:
-        """Where a step goes, as fractions of step time."""
+        """Where a step goes, as fractions of step time (watch mode: of the main
+        thread's samples)."""
+        if self.estimated:
+            return {
+                "data_wait": self.data_wait_fraction,
+                "forward": self._stack_share("forward"),
+                "backward": self._stack_share("backward"),
+                "optimizer": self._stack_share("optimizer"),
+                "other": self._stack_share("other"),
+            }
         steps = self.detailed_steps
         wall = sum(s.wall_ns for s in steps)
         if wall <= 0:

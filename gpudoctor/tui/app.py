@@ -79,8 +79,9 @@ class DoctorApp(App[JobExit | None]):
 
     def action_open_finding(self) -> None:
         panel = self.query_one(FindingsPanel)
-        if panel.highlighted is not None:
-            self._open(str(panel.get_option_at_index(panel.highlighted).id))
+        index = panel.highlighted if panel.highlighted is not None else 0
+        if panel.option_count and not panel.get_option_at_index(index).disabled:
+            self._open(str(panel.get_option_at_index(index).id))
 
     @on(OptionList.OptionSelected, "#findings-panel")
     def _on_finding_selected(self, event: OptionList.OptionSelected) -> None:
@@ -114,7 +115,7 @@ class LiveApp(DoctorApp):
     @work(thread=True, exclusive=True, exit_on_error=False, group="session")
     def run_session(self) -> None:
         session = self.session
-        pid = session.proc.pid if session.proc is not None else None
+        pid = session.job_pid
 
         def on_tick(timeline: Timeline) -> None:
             self.post_message(SnapshotReady(take(timeline, pid, self.output_path)))
@@ -146,11 +147,18 @@ class LiveApp(DoctorApp):
         return f"ended ({e.ended_by}, exit code {e.exit_code})"
 
     def status_words(self, s: Snapshot) -> str:
+        if s.mode == "watch":
+            return f"watching pid {s.job_pid} · {'running' if s.running else 'ended'}"
         return f"{'running' if s.running else 'ended'} · pid {s.job_pid} · {s.steps_total} steps"
 
     def action_quit_doctor(self) -> None:
         if self.job_exit is not None or self.quitting:
             self.exit(self.job_exit)
+            return
+        if not self.session.can_stop:  # a watched job: leaving always leaves it running
+            self.quitting = True
+            self.session.detach()
+            self.notify("leaving; the job goes on…")
             return
         self.push_screen(QuitScreen(), self._quit_choice)
 

@@ -36,6 +36,12 @@ class FindingScreen(Screen[None]):
         head.append(f"{f.severity.upper()}  ", display.SEVERITY_STYLE.get(f.severity, ""))
         head.append(f"{f.id}: {f.title}\n\n", "bold")
         head.append(f.evidence)
+        if f.confidence == "estimated":
+            head.append(
+                "\n\nConfidence: estimated (watched from outside: py-spy's samples of the "
+                "main thread stand in for step timings).",
+                "italic",
+            )
         if f.estimated_gain:
             head.append(f"\n\nA fix could save about {f.estimated_gain:.0%} of step time.")
         with VerticalScroll(id="finding-detail"):

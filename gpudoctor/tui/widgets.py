@@ -90,14 +90,22 @@ class JobPanel(Panel):
         state = "running" if s.running else _ended(s)
         out = Text()
         out.append(" ".join(s.command)[:width], "bold")
-        out.append(f"\npid {s.job_pid or '-'}  {state}  up {display.duration(s.elapsed_s)}")
-        out.append(f"\nsteps {s.steps_total}  step p50 {display.ms(s.step_p50_ms)}")
-        out.append(f" p90 {display.ms(s.step_p90_ms)}")
-        if s.samples_per_s:
-            out.append(f"  {s.samples_per_s:,.0f} samples/s")
-        elif s.steps_per_s:
-            out.append(f"  {s.steps_per_s:.1f} steps/s")
-        out.append(f"\nstep time {display.sparkline(s.step_history_ms, width - 10)}", "cyan")
+        up = f"up {display.duration(s.elapsed_s)}"
+        if s.mode == "watch":
+            out.append(f"\nwatching pid {s.job_pid}  {state}  {up}")
+            out.append(f"\nfrom outside: {s.stack_samples} stack samples", "")
+            if s.steps_per_s:
+                out.append(f"  ~{s.steps_per_s:.1f} steps/s (~{display.ms(s.step_p50_ms)})")
+            out.append("\nstep times: not timed (estimates from py-spy)", "dim")
+        else:
+            out.append(f"\npid {s.job_pid or '-'}  {state}  {up}")
+            out.append(f"\nsteps {s.steps_total}  step p50 {display.ms(s.step_p50_ms)}")
+            out.append(f" p90 {display.ms(s.step_p90_ms)}")
+            if s.samples_per_s:
+                out.append(f"  {s.samples_per_s:,.0f} samples/s")
+            elif s.steps_per_s:
+                out.append(f"  {s.steps_per_s:.1f} steps/s")
+            out.append(f"\nstep time {display.sparkline(s.step_history_ms, width - 10)}", "cyan")
         bar, legend = display.split_bar(s.split, width)
         out.append(f"\n{bar}\n{legend}", "")
         if s.host is not None:
@@ -124,6 +132,8 @@ class OutputPanel(Panel):
         lines = max(1, (self.size.height or 6) - 2)
         tail = s.output_tail[-lines:]
         if not tail:
+            if s.mode == "watch":
+                return Text("(a watched job writes to its own terminal)", "dim")
             return Text("(no output yet)" if s.output_path else "(output not recorded)", "dim")
         return Text("\n".join(tail))
 
@@ -145,8 +155,8 @@ class FindingsPanel(OptionList):
             self.add_option(Option(Text("no findings yet", "dim"), id="none", disabled=True))
             return
         self.add_options([Option(_prompt(f), id=f.id) for f in s.findings])
-        if highlighted is not None:
-            self.highlighted = min(highlighted, len(s.findings) - 1)
+        # Enter opens the highlighted finding: the top one until the user moves
+        self.highlighted = min(highlighted or 0, len(s.findings) - 1)
 
 
 def _prompt(f: Finding) -> Text:
@@ -154,5 +164,7 @@ def _prompt(f: Finding) -> Text:
     text.append(f"{f.severity.upper():<6} ", display.SEVERITY_STYLE.get(f.severity, ""))
     text.append(f"{f.id}: ", "bold")
     text.append(f.title)
+    if f.confidence == "estimated":
+        text.append(" (estimated)", "italic")
     text.append(f"\n       {f.evidence}", "dim")
     return text

@@ -16,6 +16,8 @@ MIN_WORKERS = 1
 MIN_SAMPLES = 3
 
 ID = "cpu-saturated"
+# Rests on the step measures: estimated in watch mode (stack samples).
+STEP_SIGNALS = True
 
 
 def evaluate(w: Window) -> Finding | None:

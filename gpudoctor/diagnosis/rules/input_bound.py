@@ -14,6 +14,8 @@ HIGH_FRACTION = 0.40
 MIN_STEPS = 5
 
 ID = "input-bound"
+# Rests on the step measures: estimated in watch mode (stack samples).
+STEP_SIGNALS = True
 
 
 def severity_of(fraction: float) -> Severity | None:
@@ -27,11 +29,11 @@ def severity_of(fraction: float) -> Severity | None:
 
 
 def is_input_bound(w: Window) -> bool:
-    return len(w.steady_steps) >= MIN_STEPS and w.data_wait_fraction > LOW_FRACTION
+    return w.has_steps(MIN_STEPS) and w.data_wait_fraction > LOW_FRACTION
 
 
 def evaluate(w: Window) -> Finding | None:
-    if len(w.steady_steps) < MIN_STEPS:
+    if not w.has_steps(MIN_STEPS):
         return None
     fraction = w.data_wait_fraction
     severity = severity_of(fraction)
@@ -44,16 +46,30 @@ def evaluate(w: Window) -> Finding | None:
         loader = loaders[0] if loaders else {}
         workers = loader.get("num_workers")
         detail = f"num_workers={workers}" if workers is not None else "DataLoader settings unknown"
+        if workers is not None and w.estimated:
+            detail = f"{workers} worker processes (num_workers={workers}, seen from outside)"
         remedies = _dataloader_remedies(w, loader)
     else:
         where = "is host time outside the model (hand-written input code, no DataLoader)"
         detail = "no DataLoader in use"
         remedies = ("preprocess-offline", "more-workers", "memmap", "local-ssd")
     busy = _cores_busy(w)
-    evidence = (
-        f"{fraction:.0%} of each step {where}: about {wait_ms:.1f} ms of a "
-        f"{w.step_median_ms:.1f} ms median step; {detail}{busy}."
-    )
+    if w.estimated:  # watch mode: py-spy's samples of the main thread, no step timings
+        where = where.replace("each step", "the main thread's time")
+        rate = (
+            f"; about {w.step_median_ms:.1f} ms a step ({w.steps_per_s:.1f} steps/s)"
+            if w.steps_per_s
+            else ""
+        )
+        evidence = (
+            f"{fraction:.0%} of the main thread's samples {where} "
+            f"(py-spy, {w.stack_total} samples){rate}; {detail}{busy}."
+        )
+    else:
+        evidence = (
+            f"{fraction:.0%} of each step {where}: about {wait_ms:.1f} ms of a "
+            f"{w.step_median_ms:.1f} ms median step; {detail}{busy}."
+        )
     return Finding(
         id=ID,
         severity=severity,

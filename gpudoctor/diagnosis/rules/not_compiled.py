@@ -14,6 +14,8 @@ MIN_LEAF_MODULES = 20
 MIN_STEPS = 5
 
 ID = "not-compiled"
+# Rests on the step measures: estimated in watch mode (stack samples).
+STEP_SIGNALS = True
 
 
 def evaluate(w: Window) -> Finding | None:

@@ -16,6 +16,8 @@ DISK_SLEEP_FRACTION = 0.3
 MIN_SAMPLES = 3
 
 ID = "slow-storage"
+# Rests on the step measures: estimated in watch mode (stack samples).
+STEP_SIGNALS = True
 
 
 def evaluate(w: Window) -> Finding | None:

@@ -12,13 +12,15 @@ from gpudoctor.model import Finding
 MEMORY_USED_FRACTION = 0.60
 
 ID = "small-batch"
+# Rests on the step measures: estimated in watch mode (stack samples).
+STEP_SIGNALS = True
 
 
 def evaluate(w: Window) -> Finding | None:
     p95 = p95_util(w)
     if p95 is None or p95 >= P95_UTIL_PCT:
         return None
-    if len(w.steady_steps) >= 5 and w.data_wait_fraction > LOW_FRACTION:
+    if w.has_steps(5) and w.data_wait_fraction > LOW_FRACTION:
         return None
     fractions = [
         g.mem_used_bytes / g.mem_total_bytes

@@ -1,0 +1,333 @@
+"""What a watched process's main thread is doing, read from outside it with py-spy.
+
+Watch mode injects no code, so there are no step timings: instead py-spy samples the
+main thread's Python stack (non-blocking, 20 Hz: DESIGN.md section 7 measured py-spy at
+100 Hz costing the job +15% blocking and +5.6% non-blocking) in chunks of a few seconds,
+and each sample is classed by the frames it is in (DataLoader, other input waits,
+forward, backward, optimizer, other). Once a chunk, a `py-spy dump --locals` reads the
+training loop's integer counters (`step`, `i`, ...); two readings give a step rate.
+
+The parsing functions are pure (tests feed them py-spy's real output); `StackSampler`
+owns the py-spy processes and never waits on them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from gpudoctor.model import COUNTER_NAMES, StackChunk
+
+RATE_HZ = 20  # DESIGN.md section 7: non-blocking, at 20 Hz or less
+# A py-spy run costs ~30-60 ms of CPU to start, whatever its length: 5 s chunks keep
+# that near 1% of a core, and the first chunk still lands well inside the 10 s budget
+# for a first finding.
+CHUNK_S = 5.0
+DUMP_TRIES = 3  # reads of the loop counters per chunk, when one fails
+CLASSES = ("loader", "input", "forward", "backward", "optimizer", "other")
+
+# Frames that mark what a sample is in, first match wins (a DataLoader fetch can run
+# model-free code; a forward never runs inside the loader).
+_MARKERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("loader", ("/torch/utils/data/",)),
+    (
+        "input",
+        (
+            "/queue.py",
+            "/multiprocessing/queues.py",
+            "/multiprocessing/connection.py",
+            "/PIL/",
+            "/numpy/lib/npyio.py",
+            "/numpy/lib/_npyio_impl.py",
+            "/h5py/",
+            "/pyarrow/",
+            "/torchvision/io/",
+        ),
+    ),
+    ("backward", ("/torch/autograd/", "/torch/_tensor.py")),
+    ("optimizer", ("/torch/optim/",)),
+    ("forward", ("/torch/nn/modules/module.py",)),
+)
+# `torch/_tensor.py` also holds `.item()` and the like: only its backward is backward.
+_TENSOR_BACKWARD = "Tensor.backward"
+
+_INT = re.compile(r"^-?\d+$")
+_FRAME = re.compile(r"^(?P<name>.*) \((?P<file>.*):(?P<line>\d+)\)$")
+_THREAD = re.compile(r"^thread \((?P<tid>\d+)\)(?:: (?P<name>.*))?$")
+
+
+class AttachError(Exception):
+    """The process cannot be sampled; the message is one line with the fix."""
+
+
+# -- pure parsing ----------------------------------------------------------------------------
+
+
+def classify(frames: list[tuple[str, str]]) -> str:
+    """The class of one stack sample: frames as (function, filename), in any order."""
+    for cls, marks in _MARKERS:
+        for name, filename in frames:
+            path = filename.replace("\\", "/")
+            if any(m in path for m in marks):
+                if path.endswith("/torch/_tensor.py") and name != _TENSOR_BACKWARD:
+                    continue
+                return cls
+    return "other"
+
+
+def parse_raw(text: str, main_tid: int) -> dict[str, int]:
+    """Counts by class of the main thread's samples in py-spy's `--format raw --threads`
+    output (one line per distinct stack: `thread (TID): NAME;frame;frame... COUNT`)."""
+    counts = dict.fromkeys(CLASSES, 0)
+    for line in text.splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack or not count_text.isdigit():
+            continue
+        parts = stack.split(";")
+        thread = _THREAD.match(parts[0])
+        if thread is None:
+            continue
+        is_main = int(thread["tid"]) == main_tid or (
+            thread["name"] == "MainThread" and main_tid <= 0
+        )
+        if not is_main:
+            continue
+        frames = []
+        for part in parts[1:]:
+            m = _FRAME.match(part)
+            if m is not None:
+                frames.append((m["name"], m["file"]))
+        counts[classify(frames)] += int(count_text)
+    return counts
+
+
+def parse_counters(dump: Any, main_tid: int) -> dict[str, int]:
+    """The training loop's integer counters in a `py-spy dump --json --locals` of the
+    process: locals named like loop counters, in frames of the job's own code (not
+    the standard library or site-packages), keyed "function:name"."""
+    out: dict[str, int] = {}
+    if not isinstance(dump, list):
+        return out
+    for thread in dump:
+        if not isinstance(thread, dict):
+            continue
+        if int(thread.get("os_thread_id") or 0) != main_tid and thread.get("thread_name") != (
+            "MainThread"
+        ):
+            continue
+        for frame in thread.get("frames") or []:
+            filename = str(frame.get("filename", ""))
+            if _library(filename):
+                continue
+            for local in frame.get("locals") or []:
+                name = local.get("name")
+                text = str(local.get("repr", ""))
+                if name in COUNTER_NAMES and _INT.match(text):
+                    out[f"{frame.get('name')}:{name}"] = int(text)
+        break
+    return out
+
+
+def _library(filename: str) -> bool:
+    path = filename.replace("\\", "/")
+    return (
+        "/site-packages/" in path
+        or "/dist-packages/" in path
+        or "/lib/python3" in path
+        or path.startswith("<")
+    )
+
+
+# -- finding and checking py-spy -------------------------------------------------------------
+
+
+def find_py_spy() -> str | None:
+    """py-spy on PATH, or beside this Python (a virtual environment not activated)."""
+    scripts = sysconfig.get_path("scripts")
+    search = os.environ.get("PATH", "")
+    if scripts:
+        search = search + os.pathsep + scripts if search else scripts
+    return shutil.which("py-spy", path=search)
+
+
+def check_access(py_spy: str, pid: int, tries: int = 3) -> None:
+    """A `py-spy dump` of the process: raises AttachError with the fix when py-spy
+    cannot read it (ptrace restrictions, another user's process, not Python). A
+    non-blocking read can catch the interpreter mid-change ("Failed to get stack
+    traces"): that is tried again."""
+    text = ""
+    for _ in range(tries):
+        try:
+            result = subprocess.run(
+                [py_spy, "dump", "--pid", str(pid), "--nonblocking"],
+                capture_output=True,
+                text=True,
+                timeout=20,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise AttachError(f"py-spy could not be run ({exc})") from None
+        if result.returncode == 0:
+            return
+        text = result.stderr + result.stdout
+        if "failed to get stack traces" not in text.lower():
+            break
+        time.sleep(0.2)
+    raise AttachError(explain_failure(text, pid))
+
+
+def explain_failure(text: str, pid: int) -> str:
+    low = text.lower()
+    if "permission denied" in low or "operation not permitted" in low:
+        scope = ptrace_scope()
+        if scope is not None and scope > 0:
+            return (
+                f"py-spy may not read pid {pid}: kernel.yama.ptrace_scope is {scope}, which "
+                "forbids reading a process that is not your child; run "
+                "`sudo sysctl kernel.yama.ptrace_scope=0`, or run gpudoctor with sudo"
+            )
+        return (
+            f"py-spy may not read pid {pid} (ptrace was refused: the process is not "
+            "dumpable or belongs to another user); run gpudoctor as root (sudo), or in a "
+            "container start it with --cap-add SYS_PTRACE"
+        )
+    if "python version" in low or "python interpreter" in low or "not a python" in low:
+        return f"pid {pid} is not a Python process that py-spy can read"
+    first = next((line for line in text.splitlines() if line.strip()), "no output")
+    return f"py-spy could not read pid {pid}: {first.strip()}"
+
+
+def ptrace_scope() -> int | None:
+    try:
+        return int(Path("/proc/sys/kernel/yama/ptrace_scope").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+# -- the sampler -----------------------------------------------------------------------------
+
+
+class StackSampler:
+    """Runs py-spy over one process in chunks; `poll()` returns a finished chunk, if any,
+    and starts the next. Never blocks: py-spy's processes are polled, not waited on."""
+
+    def __init__(self, py_spy: str, pid: int, rate_hz: int = RATE_HZ, chunk_s: float = CHUNK_S):
+        self.py_spy = py_spy
+        self.pid = pid
+        self.rate_hz = rate_hz
+        self.chunk_s = chunk_s
+        self.errors = 0
+        self.last_error: str | None = None
+        self._dir = tempfile.mkdtemp(prefix="gpudoctor-stacks-")
+        self._record: subprocess.Popen[bytes] | None = None
+        self._dump: subprocess.Popen[bytes] | None = None
+        self._t_start = 0
+        self._t_dump = 0
+        self._dump_tries = 0
+        self._n = 0
+
+    def _path(self, name: str) -> str:
+        return os.path.join(self._dir, f"{name}-{self._n}")
+
+    def start(self) -> None:
+        self._n += 1
+        self._t_start = time.monotonic_ns()
+        self._dump_tries = 0
+        self._start_dump()
+        common = ["--pid", str(self.pid), "--nonblocking", "--full-filenames"]
+        record = [
+            self.py_spy,
+            "record",
+            *common,
+            "--rate",
+            str(self.rate_hz),
+            "--idle",
+            "--threads",
+            "--format",
+            "raw",
+            "--duration",
+            str(max(1, round(self.chunk_s))),
+            "--output",
+            self._path("raw"),
+        ]
+        self._record = _spawn(record, None)
+
+    def _start_dump(self) -> None:
+        self._dump_tries += 1
+        argv = [self.py_spy, "dump", "--pid", str(self.pid), "--nonblocking"]
+        with open(self._path("dump"), "wb") as out:
+            self._dump = _spawn([*argv, "--full-filenames", "--json", "--locals"], out)
+        self._t_dump = time.monotonic_ns()
+
+    def poll(self) -> StackChunk | None:
+        """The chunk that just finished (and the next one started), or None."""
+        if self._record is None:
+            self.start()
+            return None
+        dump = self._dump
+        if dump is not None and dump.poll() not in (None, 0) and self._dump_tries < DUMP_TRIES:
+            self._start_dump()  # a non-blocking read caught the interpreter mid-change
+        if self._record.poll() is None:
+            return None
+        chunk = self._collect()
+        self.start()
+        return chunk
+
+    def _collect(self) -> StackChunk | None:
+        assert self._record is not None
+        t_end = time.monotonic_ns()
+        try:
+            text = Path(self._path("raw")).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            text = ""
+        counters: dict[str, int] = {}
+        if self._dump is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._dump.wait(timeout=0.5)  # started a chunk ago: long done
+            if self._dump.returncode == 0:
+                with contextlib.suppress(OSError, ValueError):
+                    dump = json.loads(Path(self._path("dump")).read_text(encoding="utf-8"))
+                    counters = parse_counters(dump, self.pid)
+            elif self._dump.returncode is None:
+                self._dump.kill()
+        for name in ("raw", "dump"):
+            with contextlib.suppress(OSError):
+                os.unlink(self._path(name))
+        samples = parse_raw(text, self.pid)
+        if self._record.returncode != 0 or not sum(samples.values()):
+            self.errors += 1
+            self.last_error = f"py-spy exited with {self._record.returncode}"
+            return None
+        return StackChunk(
+            t_start_mono_ns=self._t_start,
+            t_end_mono_ns=t_end,
+            samples=samples,
+            counters=counters,
+            counters_t_mono_ns=self._t_dump if counters else None,
+        )
+
+    def close(self) -> None:
+        for proc in (self._record, self._dump):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=2)
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def _spawn(argv: list[str], stdout: Any) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=stdout if stdout is not None else subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # Ctrl-C at the doctor's terminal is the doctor's to handle
+    )

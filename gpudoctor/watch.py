@@ -1,0 +1,240 @@
+"""Watching a job the doctor did not start (`gpudoctor watch --pid PID`).
+
+No code goes into the job: the doctor reads it from outside (NVML per-process GPU
+memory and utilisation, psutil for its process tree, py-spy samples of its main
+thread) and never signals it. Leaving always leaves it running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import re
+import selectors
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import psutil
+
+from gpudoctor.model import GpuSample, HostSample, JobExit
+from gpudoctor.session import Recorder, open_pidfd
+from gpudoctor.sources.host import HostReader
+from gpudoctor.sources.nvml import NvmlReader
+from gpudoctor.sources.stacks import AttachError, StackSampler
+from gpudoctor.store import Store, encode
+from gpudoctor.timeline import Timeline
+
+_PYTHON_EXE = re.compile(r"^(python|pypy)[\d.]*[dmu]*$")
+
+
+@dataclass(frozen=True)
+class Target:
+    pid: int
+    command: list[str]
+    cwd: str | None
+    python: bool  # the process runs a Python interpreter (py-spy can sample it)
+
+
+def find_target(pid: int) -> Target:
+    """The process to watch, or AttachError saying why it cannot be watched."""
+    if pid <= 0 or not psutil.pid_exists(pid):
+        raise AttachError(f"no process with pid {pid}")
+    if pid == os.getpid():
+        raise AttachError(f"pid {pid} is gpudoctor itself")
+    try:
+        proc = psutil.Process(pid)
+        owner = proc.uids().real
+        name = proc.name()
+    except psutil.NoSuchProcess:
+        raise AttachError(f"no process with pid {pid}") from None
+    except psutil.AccessDenied:
+        raise AttachError(_not_yours(pid, None)) from None
+    if os.geteuid() != 0 and owner != os.geteuid():
+        raise AttachError(_not_yours(pid, owner))
+    try:
+        command = proc.cmdline() or [name]
+    except psutil.AccessDenied:
+        command = [name]
+    except psutil.NoSuchProcess:
+        raise AttachError(f"no process with pid {pid}") from None
+    try:
+        exe = proc.exe()
+    except psutil.Error:  # hidden from its own user too when the job is not dumpable
+        exe = command[0]
+    cwd: str | None = None
+    with contextlib.suppress(psutil.Error):
+        cwd = proc.cwd()
+    return Target(pid, command, cwd, _is_python(proc, exe))
+
+
+def _not_yours(pid: int, owner: int | None) -> str:
+    who = "another user"
+    if owner is not None:
+        try:
+            who = f"user {pwd.getpwuid(owner).pw_name}"
+        except KeyError:
+            who = f"uid {owner}"
+    return (
+        f"pid {pid} belongs to {who}: watching it needs their permission; run gpudoctor as "
+        "that user, or as root (sudo gpudoctor watch ...)"
+    )
+
+
+def _is_python(proc: psutil.Process, exe: str) -> bool:
+    if _PYTHON_EXE.match(os.path.basename(exe)):
+        return True
+    try:
+        return any("libpython" in m.path for m in proc.memory_maps(grouped=True))
+    except (psutil.Error, OSError):
+        return False
+
+
+def foreign_gpu_pids(
+    gpus: Iterable[GpuSample], exists: Callable[[int], bool] = psutil.pid_exists
+) -> list[int]:
+    """NVML's GPU processes that this system's /proc does not have, when none of them
+    is here: the doctor is in a container with its own PID namespace (NVML reports the
+    host's pids), so GPU memory cannot be matched to the watched process."""
+    pids = sorted({p.pid for g in gpus for p in g.processes})
+    if not pids or any(exists(pid) for pid in pids):
+        return []
+    return pids
+
+
+def container_message(pids: list[int], pid: int) -> str:
+    shown = ", ".join(str(p) for p in pids[:4]) + (", ..." if len(pids) > 4 else "")
+    return (
+        f"NVML lists GPU processes (pids {shown}) that this system's /proc does not have: "
+        "gpudoctor runs in a container with its own PID namespace, so GPU use cannot be "
+        f"matched to pid {pid}; run the container with the host's PID namespace "
+        "(docker run --pid=host ...)"
+    )
+
+
+class WatchSession(Recorder):
+    """One watched job: host, GPU and stack samples into the timeline and the store,
+    until the job ends or the doctor leaves (`detach`, --max-seconds)."""
+
+    can_stop = False  # the job is not ours to stop
+
+    def __init__(
+        self,
+        target: Target,
+        store: Store,
+        interval_s: float = 1.0,
+        max_seconds: float | None = None,
+        nvml: NvmlReader | None = None,
+        py_spy: str | None = None,
+    ) -> None:
+        super().__init__(target.command, store, interval_s, max_seconds, nvml)
+        self.target = target
+        self.timeline.watched_pid = target.pid
+        self.sampler = StackSampler(py_spy, target.pid) if py_spy and target.python else None
+        self._facts: dict[str, Any] = {}
+
+    @property
+    def job_pid(self) -> int | None:
+        return self.target.pid
+
+    def stop(self, reason: Any = None) -> None:
+        self.detach()  # never a signal to a job the doctor did not start
+
+    def start(self) -> None:
+        pid = self.target.pid
+        self.host = HostReader(pid)
+        self.host.step_pids = {pid}  # its children are its workers
+        cwd = self.target.cwd or os.getcwd()
+        self.session_id = self.store.create_session(self.timeline, cwd, pid)
+        self._record_facts({"stack_sampling": self.sampler is not None})
+        if self.sampler is not None:
+            self.sampler.start()
+
+    def run(self, on_tick: Callable[[Timeline], None] | None = None) -> JobExit:
+        assert self.session_id is not None
+        pid = self.target.pid
+        pidfd = open_pidfd(pid)
+        selector = selectors.DefaultSelector()
+        if pidfd is not None:
+            selector.register(pidfd, selectors.EVENT_READ, "exit")
+        started = time.monotonic()
+        next_tick = started
+        ended = False
+        try:
+            while not self._detached:
+                timeout = max(0.0, next_tick - time.monotonic())
+                ended = bool(selector.select(min(timeout, 0.2))) if pidfd else False
+                if ended or (pidfd is None and not _alive(pid)):
+                    ended = True
+                    break
+                now = time.monotonic()
+                if now >= next_tick:
+                    self._tick()
+                    if on_tick is not None:
+                        on_tick(self.timeline)
+                    next_tick = max(next_tick + self.interval_s, now + self.interval_s / 2)
+                if self.max_seconds is not None and now - started >= self.max_seconds:
+                    self.detach()
+        finally:
+            selector.close()
+            if pidfd is not None:
+                os.close(pidfd)
+        return self._finish(ended)
+
+    def _tick(self) -> None:
+        assert self.session_id is not None and self.host is not None
+        self._read_host_and_gpus()
+        if self.sampler is not None:
+            chunk = self.sampler.poll()
+            if chunk is not None:
+                self.timeline.stacks.append(chunk)
+                self.store.add(self.session_id, "stacks", chunk.t_end_mono_ns, encode(chunk))
+        host = self.timeline.host[-1] if self.timeline.host else None
+        gpus = list(self.timeline.gpus)[-len(self.nvml.devices) :] if self.nvml.devices else []
+        self._record_facts(outside_facts(self.target.pid, host, gpus))
+        self.store.commit()
+
+    def _record_facts(self, facts: dict[str, Any]) -> None:
+        """Facts seen from outside, recorded when they change."""
+        changed = {k: v for k, v in facts.items() if self._facts.get(k) != v}
+        if not changed:
+            return
+        assert self.session_id is not None
+        self._facts.update(changed)
+        self.timeline.facts.setdefault(self.target.pid, {}).update(changed)
+        record = {"pid": self.target.pid, "facts": changed}
+        self.store.add(self.session_id, "watch", time.monotonic_ns(), record)
+
+    def _finish(self, ended: bool) -> JobExit:
+        # A process that is not the doctor's child: its exit code cannot be known.
+        job_exit = JobExit(exit_code=None, ended_by="exit" if ended else "detached")
+        self.timeline.end_mono_ns = time.monotonic_ns()
+        self.timeline.exit = job_exit
+        return job_exit
+
+    def close(self) -> None:
+        if self.sampler is not None:
+            self.sampler.close()
+
+
+def outside_facts(pid: int, host: HostSample | None, gpus: list[GpuSample]) -> dict[str, Any]:
+    """What can be told about the job without its code: its worker processes (the
+    children running the same program as it: DataLoader workers) and its device."""
+    facts: dict[str, Any] = {}
+    if host is not None:
+        main = next((p for p in host.job if p.pid == pid), None)
+        if main is not None:
+            workers = [p for p in host.job if p.ppid == pid and p.name == main.name]
+            facts["dataloaders"] = [{"num_workers": len(workers), "seen_from": "processes"}]
+    on_gpu = any(p.pid == pid for g in gpus for p in g.processes)
+    facts["device"] = "cuda" if on_gpu else "cpu"
+    return facts
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

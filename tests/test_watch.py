@@ -1,0 +1,363 @@
+"""`gpudoctor watch --pid`: real jobs started plainly (no probe), attached to from
+outside with the real py-spy; the bad inputs as a user meets them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import PY, ROOT, SAMPLES, doctor, env_without_probe, finding_ids
+from nvml_replay import ReplayNvml
+
+from gpudoctor.diagnosis.window import Window, stack_steps_per_s
+from gpudoctor.model import StackChunk
+from gpudoctor.sources.nvml import NvmlReader
+from gpudoctor.sources.stacks import classify, find_py_spy
+from gpudoctor.store import Store
+from gpudoctor.tui.app import make_live_app
+from gpudoctor.tui.widgets import FindingsPanel, JobPanel
+from gpudoctor.watch import WatchSession, find_target, foreign_gpu_pids
+
+# scripts/test.sh installs the dev extras, py-spy among them; without it this fails
+assert find_py_spy(), "py-spy is needed: pip install py-spy"
+
+
+def start_plainly(script: str, *args: str, user: str | None = None) -> subprocess.Popen[bytes]:
+    """A job started without the doctor, as most slow jobs are."""
+    prefix = _as_user(user) if user else []
+    return subprocess.Popen(
+        [*prefix, PY, str(SAMPLES / script), *args],
+        env=env_without_probe(),
+        stdout=subprocess.DEVNULL,
+        cwd=SAMPLES,
+    )
+
+
+def _as_user(user: str) -> list[str]:
+    group = "nogroup" if user == "nobody" else user
+    return ["setpriv", f"--reuid={user}", f"--regid={group}", "--clear-groups"]
+
+
+@pytest.fixture
+def job() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+def wait_for_torch(proc: subprocess.Popen[bytes]) -> None:
+    """Until the job has imported torch and is training (its threads start)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        maps = Path(f"/proc/{proc.pid}/maps").read_text()
+        if "libtorch" in maps:
+            time.sleep(1.0)
+            return
+        time.sleep(0.2)
+    raise AssertionError("the job never loaded torch")
+
+
+# -- the diagnosis from outside -------------------------------------------------------------
+
+
+def test_watching_a_dataloader_bound_job_finds_input_bound_and_leaves_it_running(
+    tmp_path: Path, job: list[subprocess.Popen[bytes]]
+) -> None:
+    proc = start_plainly("dataloader_bound.py", "--seconds", "120")
+    job.append(proc)
+    wait_for_torch(proc)
+    report_path = tmp_path / "watch.json"
+    result = doctor(
+        "watch", "--pid", str(proc.pid), "--headless", "--max-seconds", "20",
+        "--report", str(report_path),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert proc.poll() is None, "the watched job must go on"
+    report = json.loads(report_path.read_text())
+    assert report["mode"] == "watch" and report["watched_pid"] == proc.pid
+    assert finding_ids(report)[0] == "input-bound"
+    top = report["findings"][0]
+    assert top["severity"] == "high" and top["confidence"] == "estimated"
+    assert "py-spy" in top["evidence"]
+    assert {"data_wait_fraction", "split"} <= set(report["estimated"])
+    assert report["steps"]["data_wait_fraction"] > 0.4
+    assert report["steps"]["stack_samples"] >= 200  # 20 s at 20 Hz, less start-ups
+    # the loop's `step` counter, read twice, gives a rate; this job makes tens a second
+    assert report["steps"]["steps_per_s"] and report["steps"]["steps_per_s"] > 5
+    assert report["facts"]["dataloaders"][0]["num_workers"] == 0
+    assert report["ended_by"] == "detached" and report["exit_code"] is None
+    assert "Traceback" not in result.stderr
+    # recorded: the report rebuilds offline the same
+    rebuilt = doctor("report", "last", "--format", "json")
+    assert json.loads(rebuilt.stdout)["findings"][0]["confidence"] == "estimated"
+
+
+def test_watching_a_healthy_job_finds_nothing_medium_or_high(
+    job: list[subprocess.Popen[bytes]],
+    tmp_path: Path,
+) -> None:
+    proc = start_plainly("healthy.py", "--seconds", "120")
+    job.append(proc)
+    wait_for_torch(proc)
+    report_path = tmp_path / "healthy.json"
+    result = doctor(
+        "watch", "--pid", str(proc.pid), "--headless", "--max-seconds", "15",
+        "--report", str(report_path),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(report_path.read_text())
+    assert report["steps"]["stack_samples"] > 100
+    loud = [f["id"] for f in report["findings"] if f["severity"] in ("high", "medium")]
+    assert loud == [], report["findings"]
+    split = report["steps"]["split"]
+    assert split["forward"] + split["backward"] + split["optimizer"] > 0.5
+    assert proc.poll() is None
+
+
+def test_a_job_that_ends_while_watched_ends_the_watch(job: list[subprocess.Popen[bytes]]) -> None:
+    proc = start_plainly("healthy.py", "--seconds", "4")
+    job.append(proc)
+    result = doctor("watch", "--pid", str(proc.pid), "--headless", "--max-seconds", "60")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "until it ended" in result.stderr
+
+
+def test_ctrl_c_leaves_and_the_job_goes_on(job: list[subprocess.Popen[bytes]]) -> None:
+    proc = start_plainly("healthy.py", "--seconds", "120")
+    job.append(proc)
+    wait_for_torch(proc)
+    watcher = subprocess.Popen(
+        [PY, "-m", "gpudoctor", "watch", "--pid", str(proc.pid), "--headless"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(3)
+    watcher.send_signal(signal.SIGINT)
+    _, err = watcher.communicate(timeout=30)
+    assert watcher.returncode == 0, err
+    assert "left running" in err and "Traceback" not in err
+    time.sleep(0.5)
+    assert proc.poll() is None
+
+
+# -- bad input: one line, exit 2 -------------------------------------------------------------
+
+
+def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    return lines[0]
+
+
+def test_no_such_pid() -> None:
+    pid = 4_000_000  # above any pid_max in use
+    assert "no process with pid 4000000" in one_line_error(doctor("watch", "--pid", str(pid)))
+
+
+def test_not_a_python_process(job: list[subprocess.Popen[bytes]]) -> None:
+    sleeper = subprocess.Popen(["sleep", "60"])
+    job.append(sleeper)
+    line = one_line_error(doctor("watch", "--pid", str(sleeper.pid), "--headless"))
+    assert "is not a Python process" in line and "GPU and host" in line
+
+
+def _shared_dir() -> Path:
+    """A folder the other user can write its session store in."""
+    path = Path(tempfile.mkdtemp(prefix="gpudoctor-watch-"))
+    path.chmod(0o777)
+    return path
+
+
+def _doctor_as(user: str, *args: str) -> subprocess.CompletedProcess[str]:
+    store = _shared_dir() / "s.db"
+    try:
+        return subprocess.run(
+            [*_as_user(user), PY, "-m", "gpudoctor", "--store", str(store), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+            env={**env_without_probe(), "HOME": str(store.parent)},
+        )
+    finally:
+        shutil.rmtree(store.parent, ignore_errors=True)
+
+
+def test_another_users_process_says_who_and_what_grants_it(
+    job: list[subprocess.Popen[bytes]],
+) -> None:
+    assert os.geteuid() == 0, "this test switches users: run the suite as root (CI does)"
+    proc = start_plainly("healthy.py", "--seconds", "60")  # root's
+    job.append(proc)
+    line = one_line_error(_doctor_as("nobody", "watch", "--pid", str(proc.pid), "--headless"))
+    assert "belongs to user root" in line and "sudo" in line
+
+
+def test_ptrace_refused_names_the_fix(job: list[subprocess.Popen[bytes]], tmp_path: Path) -> None:
+    """The same user, but the job is not dumpable (as ptrace_scope or a hardened job
+    makes it): py-spy is refused, and the message says what would allow it."""
+    assert os.geteuid() == 0, "this test switches users: run the suite as root (CI does)"
+    script = _shared_dir() / "undumpable.py"
+    script.write_text(
+        "import ctypes, time\n"
+        "ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0\n"
+        "time.sleep(60)\n"
+    )
+    script.chmod(0o644)
+    proc = subprocess.Popen([*_as_user("nobody"), sys.executable, str(script)])
+    job.append(proc)
+    time.sleep(1.0)
+    line = one_line_error(_doctor_as("nobody", "watch", "--pid", str(proc.pid), "--headless"))
+    assert "py-spy may not read" in line and ("SYS_PTRACE" in line or "ptrace_scope" in line)
+    shutil.rmtree(script.parent, ignore_errors=True)
+
+
+def test_py_spy_missing_says_how_to_install_it(
+    job: list[subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    """The doctor run from an environment without py-spy (a fresh venv that borrows
+    this one's packages) and a PATH without it."""
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    proc = start_plainly("healthy.py", "--seconds", "60")
+    job.append(proc)
+    site = next(p for p in sys.path if p.endswith("site-packages"))
+    env = {
+        **env_without_probe(),
+        "PYTHONPATH": f"{ROOT}{os.pathsep}{site}",
+        "PATH": "/usr/bin:/bin",
+    }
+    result = subprocess.run(
+        [str(bare / "bin" / "python"), "-m", "gpudoctor", "watch", "--pid", str(proc.pid)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    line = one_line_error(result)
+    assert "py-spy is not installed" in line and "pip install py-spy" in line
+
+
+def test_container_pid_namespace_is_recognised_from_nvml_readings() -> None:
+    """NVML (recorded on an H200) listing GPU processes this /proc does not have: the
+    doctor is in a container without the host's PID namespace."""
+    recording = json.loads((Path(__file__).parent / "fixtures" / "nvml_h200_load.json").read_text())
+    absent = 4_000_001
+    for sample in recording["samples"]:
+        for device in sample:
+            device["nvmlDeviceGetComputeRunningProcesses"] = {
+                "list": [
+                    {"friendly": {"pid": {"value": absent}, "usedGpuMemory": {"value": 2**30}}}
+                ]
+            }
+    gpus = NvmlReader(ReplayNvml(recording)).read()
+    assert [p.pid for g in gpus for p in g.processes] == [absent]
+    assert foreign_gpu_pids(gpus) == [absent]
+    # the doctor's own pid is in /proc: a shared namespace, nothing to say
+    recording["samples"][0][0]["nvmlDeviceGetComputeRunningProcesses"]["list"][0]["friendly"][
+        "pid"
+    ]["value"] = os.getpid()
+    assert foreign_gpu_pids(NvmlReader(ReplayNvml(recording)).read()) == []
+
+
+def test_bad_report_path_and_missing_pid_argument() -> None:
+    assert "--report must end in .json or .md" in one_line_error(
+        doctor("watch", "--pid", "1", "--report", "x.txt")
+    )
+    assert "--pid" in one_line_error(doctor("watch"))
+
+
+# -- the pure parts ------------------------------------------------------------------------
+
+
+def test_stack_classes_follow_the_innermost_meaningful_frame() -> None:
+    torch = "/venv/lib/python3.11/site-packages/torch"
+    loop = ("main", "/home/u/train.py")
+    assert classify([loop, ("__next__", f"{torch}/utils/data/dataloader.py")]) == "loader"
+    assert classify([loop, ("get", "/usr/lib/python3.11/queue.py")]) == "input"
+    assert classify([loop, ("Tensor.backward", f"{torch}/_tensor.py")]) == "backward"
+    assert classify([loop, ("Tensor.item", f"{torch}/_tensor.py")]) == "other"
+    assert classify([loop, ("SGD.step", f"{torch}/optim/sgd.py")]) == "optimizer"
+    assert classify([loop, ("Module._call_impl", f"{torch}/nn/modules/module.py")]) == "forward"
+    assert classify([loop]) == "other"
+
+
+def chunk(t_s: float, counters: dict[str, int], loader: int = 10, other: int = 10) -> StackChunk:
+    t = int(t_s * 1e9)
+    return StackChunk(t - 5 * 10**9, t, {"loader": loader, "other": other}, counters, t)
+
+
+def test_step_rate_from_loop_counters_skips_an_epoch_restart() -> None:
+    chunks = (
+        chunk(0, {"main:step": 100, "main:i": 3}),
+        chunk(5, {"main:step": 600, "main:i": 7}),
+        chunk(10, {"main:step": 40, "main:i": 2}),  # new epoch: the counter restarted
+        chunk(15, {"main:step": 540, "main:i": 9}),
+    )
+    assert stack_steps_per_s(chunks) == pytest.approx(100.0)  # 1000 steps in 10 s
+    w = Window(stacks=chunks)
+    assert w.estimated and w.data_wait_fraction == pytest.approx(0.5)
+    assert w.step_median_ms == pytest.approx(10.0)
+    assert stack_steps_per_s(chunks[:1]) is None
+
+
+# -- the TUI in watch mode ---------------------------------------------------------------------
+
+
+def test_tui_watch_shows_the_estimates_and_q_leaves_the_job_running(
+    tmp_path: Path, job: list[subprocess.Popen[bytes]]
+) -> None:
+    proc = start_plainly("dataloader_bound.py", "--seconds", "120")
+    job.append(proc)
+    wait_for_torch(proc)
+    store = Store(tmp_path / "s.db")
+    py_spy = find_py_spy()
+    session = WatchSession(find_target(proc.pid), store, py_spy=py_spy)
+    session.start()
+    app = make_live_app(session, None, "en")
+
+    async def drive() -> None:
+        async with app.run_test(size=(120, 40)) as pilot:
+            findings = app.query_one(FindingsPanel)
+
+            def input_bound_shown() -> bool:
+                shown = findings.shown or ()
+                return bool(shown) and shown[0].id == "input-bound"
+
+            await wait_for(pilot, input_bound_shown, timeout=40)
+            assert findings.shown is not None and findings.shown[0].confidence == "estimated"
+            job_text = str(app.query_one(JobPanel).content)
+            assert f"watching pid {proc.pid}" in job_text and "stack samples" in job_text
+            await pilot.press("q")  # no question: a watched job is never stopped
+            await wait_for(pilot, lambda: app.return_value is not None or not app.is_running)
+
+    asyncio.run(drive())
+    session.close()
+    assert session.timeline.exit is not None
+    assert session.timeline.exit.ended_by == "detached"
+    time.sleep(0.5)
+    assert proc.poll() is None
+    store.close()
+
+
+async def wait_for(pilot: Any, condition: Any, timeout: float = 60.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        assert loop.time() < deadline, "condition not met in time"
+        await pilot.pause(0.1)
