@@ -58,9 +58,13 @@ def run(script: str, seconds: float, watched: bool) -> dict[str, float]:
         start = time.monotonic()
         doctor = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.DEVNULL)
         peak = 0
+        own = 0.0
         while doctor.poll() is None:
             try:
-                peak = max(peak, psutil.Process(doctor.pid).memory_info().rss)
+                proc = psutil.Process(doctor.pid)
+                peak = max(peak, proc.memory_info().rss)
+                times = proc.cpu_times()
+                own = times.user + times.system  # the doctor's process alone
             except psutil.Error:
                 break
             time.sleep(0.5)
@@ -69,6 +73,7 @@ def run(script: str, seconds: float, watched: bool) -> dict[str, float]:
         _, status, usage = os.wait4(doctor.pid, 0)
         wall = time.monotonic() - start
         out["doctor_cpu_pct"] = 100 * (usage.ru_utime + usage.ru_stime) / wall
+        out["doctor_alone_cpu_pct"] = 100 * own / wall
         out["doctor_peak_mb"] = peak / 1e6
     stdout, _ = job.communicate()
     out["steps_per_s"] = steps_per_s(stdout)
@@ -95,7 +100,8 @@ def main() -> None:
             f"== {script}: plain {p_rate:.1f} steps/s (runs {_list(plain)}), "
             f"watched {w_rate:.1f} steps/s (runs {_list(w_rates)}): "
             f"ratio {w_rate / p_rate:.3f}; doctor + py-spy CPU "
-            f"{statistics.fmean(x['doctor_cpu_pct'] for x in watched):.2f}% of a core, peak RSS "
+            f"{statistics.fmean(x['doctor_cpu_pct'] for x in watched):.2f}% of a core (the doctor "
+            f"alone {statistics.fmean(x['doctor_alone_cpu_pct'] for x in watched):.2f}%), peak RSS "
             f"{max(x['doctor_peak_mb'] for x in watched):.1f} MB"
         )
 

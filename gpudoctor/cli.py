@@ -124,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(args_list)
         if args.command_name is None:
+            if sys.stdin.isatty() and sys.stdout.isatty():
+                return cmd_home(args)
             build_parser().print_help()
             return 0
         handler = {
@@ -312,6 +314,24 @@ def _run_tui(
     if job_exit.ended_by == "detached" and session.proc is not None:
         notes.append(f"the job (pid {session.proc.pid}) was left running")
     return _conclude(report, report_path, job_exit, tuple(notes))
+
+
+# -- home: `gpudoctor` alone -----------------------------------------------------------------
+
+
+def cmd_home(args: argparse.Namespace) -> int:
+    """The machine dashboard; then watch the chosen process, or run the typed command."""
+    from gpudoctor.machine import Machine
+    from gpudoctor.tui.home import make_home_app
+
+    choice = make_home_app(Machine()).run()
+    if choice is None:
+        return 0
+    common = {"store": args.store, "headless": False, "report": None, "max_seconds": None,
+              "interval": 1.0, "lang": None}  # fmt: skip
+    if choice.action == "watch":
+        return cmd_watch(argparse.Namespace(pid=choice.pid, **common))
+    return cmd_run(argparse.Namespace(cmd=list(choice.command), **common))
 
 
 # -- watch ------------------------------------------------------------------------------------

@@ -10,8 +10,8 @@ from gpudoctor.timeline import Timeline
 RECENT_S = 5.0
 
 
-# watch mode: the data wait over the last few stack chunks (py-spy's, 5 s each)
-RECENT_CHUNKS = 3
+# watch mode: the data wait over the last stack chunks (py-spy's, 10 s each)
+RECENT_CHUNKS = 2
 
 
 def status_line(timeline: Timeline) -> str:

@@ -22,6 +22,8 @@ class GpuProcess:
     pid: int
     mem_used_bytes: int | None
     sm_util_pct: int | None
+    user: str | None = None  # filled in by the session from psutil (NVML gives pids)
+    command: str | None = None
 
 
 @dataclass(frozen=True)

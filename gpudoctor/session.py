@@ -8,6 +8,7 @@ so the job's next print cannot fail if the doctor dies.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import selectors
 import shutil
@@ -19,8 +20,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from gpudoctor.model import EndedBy, JobExit
+from gpudoctor.model import EndedBy, GpuSample, JobExit
 from gpudoctor.probe import ENV_SOCKET
+from gpudoctor.processes import ProcessLister
 from gpudoctor.sources.host import HostReader
 from gpudoctor.sources.nvml import NvmlReader
 from gpudoctor.sources.probe_server import ProbeServer
@@ -46,6 +48,35 @@ def probe_env(socket_path: str, base: dict[str, str] | None = None) -> dict[str,
     return env
 
 
+class GpuProcessNames:
+    """Adds the user and command of each GPU process (asked once per pid) to NVML's
+    readings, so the GPU panel and the recording say whose they are."""
+
+    def __init__(self) -> None:
+        self._lister = ProcessLister()
+        self._known: dict[int, tuple[str, str]] = {}
+
+    def fill(self, gpus: list[GpuSample]) -> list[GpuSample]:
+        pids = {p.pid for g in gpus for p in g.processes}
+        if not pids:
+            return gpus
+        new = pids - set(self._known)
+        if new:
+            self._known.update(self._lister.describe(new))
+        for pid in set(self._known) - pids:
+            del self._known[pid]
+        out = []
+        for g in gpus:
+            procs = tuple(
+                dataclasses.replace(p, user=self._known[p.pid][0], command=self._known[p.pid][1])
+                if p.pid in self._known
+                else p
+                for p in g.processes
+            )
+            out.append(dataclasses.replace(g, processes=procs))
+        return out
+
+
 class Recorder:
     """What launching and attaching share: the timeline and the store, the host and GPU
     readings each tick, and leaving the job running."""
@@ -69,6 +100,7 @@ class Recorder:
         )
         self.session_id: int | None = None
         self.host: HostReader | None = None
+        self.names = GpuProcessNames()
 
     @property
     def job_pid(self) -> int | None:
@@ -82,7 +114,7 @@ class Recorder:
         host = self.host.read()
         self.timeline.host.append(host)
         self.store.add(self.session_id, "host", host.t_mono_ns, encode(host))
-        gpus = self.nvml.read()
+        gpus = self.names.fill(self.nvml.read())
         if gpus:
             self.timeline.gpus.extend(gpus)
             self.store.add(self.session_id, "gpu", gpus[0].t_mono_ns, [encode(g) for g in gpus])

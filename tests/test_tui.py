@@ -7,11 +7,13 @@ import asyncio
 import io
 import os
 import signal
+import subprocess
 from pathlib import Path
 from typing import Any
 
 from conftest import PY, SAMPLES, doctor, load_recorded_session
 from rich.console import Console
+from textual.widgets import DataTable, Static
 
 from gpudoctor.session import Session
 from gpudoctor.store import Store
@@ -161,5 +163,84 @@ def test_no_color_is_honoured(monkeypatch: Any) -> None:
             await pilot.pause()
             assert app.no_color
             assert "H200" in text_of(app.query_one(GpuPanel))
+
+    asyncio.run(drive())
+
+
+# -- `gpudoctor` alone: the machine dashboard ------------------------------------------------
+
+
+def test_home_lists_python_processes_and_enter_chooses_one_to_watch() -> None:
+    from gpudoctor.machine import Machine
+    from gpudoctor.tui.home import HomeChoice, make_home_app
+
+    sleeper = subprocess.Popen([PY, "-c", "import time; time.sleep(60)"])
+    app = make_home_app(Machine(), interval_s=0.5)
+
+    async def drive() -> None:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_for(pilot, lambda: any(r.pid == sleeper.pid for r in app.rows))
+            row = next(r for r in app.rows if r.pid == sleeper.pid)
+            assert row.python and row.command.startswith(PY) and row.user
+            assert "CPU-only" in text_of(app.query_one(GpuPanel))
+            assert "cpu" in text_of(app.query_one(HostPanel))
+            table = app.query_one(DataTable)
+            index = app.rows.index(row)
+            table.move_cursor(row=index)
+            await pilot.pause()
+            # the rows may be re-read between the move and the key: choose by what is shown
+            chosen = app.selected()
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: not app.is_running)
+            assert chosen is not None
+            assert app.return_value == HomeChoice("watch", pid=chosen.pid)
+
+    try:
+        asyncio.run(drive())
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_home_r_types_a_command_to_run_under_the_doctor() -> None:
+    from gpudoctor.machine import Machine
+    from gpudoctor.tui.home import HomeChoice, RunPrompt, make_home_app
+
+    app = make_home_app(Machine(), interval_s=0.5)
+
+    async def drive() -> None:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("r")
+            await wait_for(pilot, lambda: isinstance(app.screen, RunPrompt))
+            await pilot.press(*"python 'train it.py' --bs 8")
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: not app.is_running)
+            assert app.return_value == HomeChoice(
+                "run", command=("python", "train it.py", "--bs", "8")
+            )
+
+    asyncio.run(drive())
+
+
+def test_home_run_prompt_rejects_unbalanced_quotes_and_esc_cancels() -> None:
+    from gpudoctor.machine import Machine
+    from gpudoctor.tui.home import RunPrompt, make_home_app
+
+    app = make_home_app(Machine(), interval_s=0.5)
+
+    async def drive() -> None:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("r")
+            await wait_for(pilot, lambda: isinstance(app.screen, RunPrompt))
+            await pilot.press(*"python 'oops", "enter")
+            await pilot.pause()
+            assert isinstance(app.screen, RunPrompt)  # still asking
+            error = app.screen.query_one("#run-error", Static)
+            assert "cannot read that command" in str(error.content)
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: not isinstance(app.screen, RunPrompt))
+            await pilot.press("q")
+            await wait_for(pilot, lambda: not app.is_running)
+            assert app.return_value is None
 
     asyncio.run(drive())

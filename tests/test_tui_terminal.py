@@ -84,3 +84,28 @@ def test_watch_mode_in_tmux_shows_the_job_and_q_leaves_it_running(tmp_path: Path
         subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
         job.kill()
         job.wait()
+
+
+def test_gpudoctor_alone_then_r_runs_a_typed_command_under_the_doctor(tmp_path: Path) -> None:
+    name = f"gpudoctor-home-{tmp_path.name}"
+    done = tmp_path / "done"
+    command = (
+        f"cd {ROOT} && GPUDOCTOR_STORE={tmp_path / 's.db'} {PY} -m gpudoctor; "
+        f"echo EXIT=$? > {done}; echo SHELL-IS-BACK; sleep 60"
+    )
+    tmux("new-session", "-d", "-s", name, "-x", "80", "-y", "24", command)
+    try:
+        wait_screen(name, "this machine", "Processes", "Host", "Run a command")
+        tmux("send-keys", "-t", name, "r")
+        wait_screen(name, "Run a command under the doctor")
+        typed = f"{PY} {SAMPLES / 'healthy.py'} --steps 100000"
+        tmux("send-keys", "-t", name, typed, "Enter")
+        wait_screen(name, "Job", "step p50", timeout=60)  # the run's dashboard
+        tmux("send-keys", "-t", name, "q")
+        wait_screen(name, "still running")
+        tmux("send-keys", "-t", name, "s")
+        text = wait_screen(name, "SHELL-IS-BACK", timeout=60)
+        assert done.read_text().strip() == "EXIT=130"  # the job's own code, as with run
+        assert "╭" not in text
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)

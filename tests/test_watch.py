@@ -60,12 +60,13 @@ def job() -> Iterator[list[subprocess.Popen[bytes]]]:
 
 
 def wait_for_torch(proc: subprocess.Popen[bytes]) -> None:
-    """Until the job has imported torch and is training (its threads start)."""
+    """Until the job is training, as a job one attaches to usually is: torch's library
+    is mapped early in `import torch`, which goes on for a few seconds more here."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         maps = Path(f"/proc/{proc.pid}/maps").read_text()
         if "libtorch" in maps:
-            time.sleep(1.0)
+            time.sleep(5.0)
             return
         time.sleep(0.2)
     raise AssertionError("the job never loaded torch")
@@ -115,12 +116,12 @@ def test_watching_a_healthy_job_finds_nothing_medium_or_high(
     wait_for_torch(proc)
     report_path = tmp_path / "healthy.json"
     result = doctor(
-        "watch", "--pid", str(proc.pid), "--headless", "--max-seconds", "15",
+        "watch", "--pid", str(proc.pid), "--headless", "--max-seconds", "20",
         "--report", str(report_path),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads(report_path.read_text())
-    assert report["steps"]["stack_samples"] > 100
+    assert report["steps"]["stack_samples"] > 150
     loud = [f["id"] for f in report["findings"] if f["severity"] in ("high", "medium")]
     assert loud == [], report["findings"]
     split = report["steps"]["split"]

@@ -28,10 +28,11 @@ from typing import Any
 from gpudoctor.model import COUNTER_NAMES, StackChunk
 
 RATE_HZ = 20  # DESIGN.md section 7: non-blocking, at 20 Hz or less
-# A py-spy run costs ~30-60 ms of CPU to start, whatever its length: 5 s chunks keep
-# that near 1% of a core, and the first chunk still lands well inside the 10 s budget
-# for a first finding.
-CHUNK_S = 5.0
+# A py-spy run costs ~20 ms of CPU to start whatever its length, and the counters'
+# dump ~25 ms: the first chunk is short, so the first finding lands inside the 10 s
+# budget (DESIGN.md section 7); the others are longer, which halves those fixed costs.
+FIRST_CHUNK_S = 5.0
+CHUNK_S = 10.0
 DUMP_TRIES = 3  # reads of the loop counters per chunk, when one fails
 CLASSES = ("loader", "input", "forward", "backward", "optimizer", "other")
 
@@ -219,19 +220,28 @@ class StackSampler:
     """Runs py-spy over one process in chunks; `poll()` returns a finished chunk, if any,
     and starts the next. Never blocks: py-spy's processes are polled, not waited on."""
 
-    def __init__(self, py_spy: str, pid: int, rate_hz: int = RATE_HZ, chunk_s: float = CHUNK_S):
+    def __init__(
+        self,
+        py_spy: str,
+        pid: int,
+        rate_hz: int = RATE_HZ,
+        chunk_s: float = CHUNK_S,
+        first_chunk_s: float = FIRST_CHUNK_S,
+    ):
         self.py_spy = py_spy
         self.pid = pid
         self.rate_hz = rate_hz
         self.chunk_s = chunk_s
+        self.first_chunk_s = first_chunk_s
         self.errors = 0
         self.last_error: str | None = None
         self._dir = tempfile.mkdtemp(prefix="gpudoctor-stacks-")
         self._record: subprocess.Popen[bytes] | None = None
         self._dump: subprocess.Popen[bytes] | None = None
         self._t_start = 0
-        self._t_dump = 0
         self._dump_tries = 0
+        self._counters: dict[str, int] = {}
+        self._counters_t: int | None = None
         self._n = 0
 
     def _path(self, name: str) -> str:
@@ -240,13 +250,17 @@ class StackSampler:
     def start(self) -> None:
         self._n += 1
         self._t_start = time.monotonic_ns()
+        self._dump = None
         self._dump_tries = 0
-        self._start_dump()
-        common = ["--pid", str(self.pid), "--nonblocking", "--full-filenames"]
+        self._counters = {}
+        self._counters_t = None
         record = [
             self.py_spy,
             "record",
-            *common,
+            "--pid",
+            str(self.pid),
+            "--nonblocking",
+            "--full-filenames",
             "--rate",
             str(self.rate_hz),
             "--idle",
@@ -254,32 +268,45 @@ class StackSampler:
             "--format",
             "raw",
             "--duration",
-            str(max(1, round(self.chunk_s))),
+            str(max(1, round(self.first_chunk_s if self._n == 1 else self.chunk_s))),
             "--output",
             self._path("raw"),
         ]
         self._record = _spawn(record, None)
-
-    def _start_dump(self) -> None:
-        self._dump_tries += 1
-        argv = [self.py_spy, "dump", "--pid", str(self.pid), "--nonblocking"]
-        with open(self._path("dump"), "wb") as out:
-            self._dump = _spawn([*argv, "--full-filenames", "--json", "--locals"], out)
-        self._t_dump = time.monotonic_ns()
 
     def poll(self) -> StackChunk | None:
         """The chunk that just finished (and the next one started), or None."""
         if self._record is None:
             self.start()
             return None
-        dump = self._dump
-        if dump is not None and dump.poll() not in (None, 0) and self._dump_tries < DUMP_TRIES:
-            self._start_dump()  # a non-blocking read caught the interpreter mid-change
+        self._read_counters()
         if self._record.poll() is None:
             return None
         chunk = self._collect()
         self.start()
         return chunk
+
+    def _read_counters(self) -> None:
+        """One reading of the loop counters per chunk, taken at a poll after the chunk
+        started (not as py-spy's record attaches); tried again when a non-blocking read
+        caught the interpreter mid-change or found no counter."""
+        if self._counters or self._dump_tries >= DUMP_TRIES:
+            return
+        dump = self._dump
+        if dump is not None:
+            if dump.poll() is None:
+                return
+            if dump.returncode == 0:
+                with contextlib.suppress(OSError, ValueError):
+                    data = json.loads(Path(self._path("dump")).read_text(encoding="utf-8"))
+                    self._counters = parse_counters(data, self.pid)
+            if self._counters:
+                return
+        self._dump_tries += 1
+        argv = [self.py_spy, "dump", "--pid", str(self.pid), "--nonblocking", "--full-filenames"]
+        with open(self._path("dump"), "wb") as out:
+            self._dump = _spawn([*argv, "--json", "--locals"], out)
+        self._counters_t = time.monotonic_ns()
 
     def _collect(self) -> StackChunk | None:
         assert self._record is not None
@@ -288,16 +315,9 @@ class StackSampler:
             text = Path(self._path("raw")).read_text(encoding="utf-8", errors="replace")
         except OSError:
             text = ""
-        counters: dict[str, int] = {}
-        if self._dump is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self._dump.wait(timeout=0.5)  # started a chunk ago: long done
-            if self._dump.returncode == 0:
-                with contextlib.suppress(OSError, ValueError):
-                    dump = json.loads(Path(self._path("dump")).read_text(encoding="utf-8"))
-                    counters = parse_counters(dump, self.pid)
-            elif self._dump.returncode is None:
-                self._dump.kill()
+        if self._dump is not None and self._dump.poll() is None:
+            self._dump.kill()
+            self._dump.wait()
         for name in ("raw", "dump"):
             with contextlib.suppress(OSError):
                 os.unlink(self._path(name))
@@ -310,8 +330,8 @@ class StackSampler:
             t_start_mono_ns=self._t_start,
             t_end_mono_ns=t_end,
             samples=samples,
-            counters=counters,
-            counters_t_mono_ns=self._t_dump if counters else None,
+            counters=self._counters,
+            counters_t_mono_ns=self._counters_t if self._counters else None,
         )
 
     def close(self) -> None:

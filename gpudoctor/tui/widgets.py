@@ -59,12 +59,15 @@ class GpuPanel(Panel):
                 out.append(f"\n   {c['throttle']}", "bold red")
         procs = [p for g in s.gpus for p in g.processes]
         if procs:
-            out.append("\n   pid      GPU mem   SM%", "bold")
+            out.append("\n   pid      user       GPU mem   SM%  command", "bold")
             for p in procs[:6]:
                 mine = p.pid in s.job_gpu_pids
                 sm = display.pct(p.sm_util_pct)
-                row = f"\n   {p.pid:<7d} {display.mib(p.mem_used_bytes):>9} {sm:>5}"
-                out.append(row + ("  <- job" if mine else ""), "bold" if mine else "")
+                user = (p.user or "?")[:10]
+                row = f"\n   {p.pid:<7d}  {user:<10} {display.mib(p.mem_used_bytes):>8} {sm:>5}  "
+                tag = "<- job " if mine else ""
+                room = max(0, width - len(row) - len(tag))
+                out.append(row + tag + (p.command or "")[:room], "bold" if mine else "")
         return out
 
 

@@ -1,0 +1,163 @@
+"""`gpudoctor` alone: the machine's GPUs and host, and the processes worth a look (GPU
+holders, Python processes). Enter watches the highlighted one; `r` types a command to
+run under the doctor. The app returns the choice; the command line carries it out."""
+
+from __future__ import annotations
+
+import shlex
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from textual import on, work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.screen import ModalScreen
+from textual.widgets import DataTable, Footer, Header, Input, Static
+
+from gpudoctor import display
+from gpudoctor.processes import ProcessRow
+from gpudoctor.snapshot import Snapshot
+from gpudoctor.tui.widgets import GpuPanel, HostPanel
+
+
+@dataclass(frozen=True)
+class HomeChoice:
+    action: str  # "watch" | "run"
+    pid: int | None = None
+    command: tuple[str, ...] = ()
+
+
+class MachineReady(Message):
+    def __init__(self, snapshot: Snapshot, rows: list[ProcessRow]) -> None:
+        super().__init__()
+        self.snapshot = snapshot
+        self.rows = rows
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, MachineReady)
+
+
+class RunPrompt(ModalScreen[tuple[str, ...] | None]):
+    """The command to launch under the doctor, typed as in a shell (no shell runs it)."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="run-box"):
+            yield Static("Run a command under the doctor (Enter to start, Esc to cancel):")
+            yield Input(placeholder="python train.py --epochs 3", id="run-input")
+            yield Static("", id="run-error")
+
+    @on(Input.Submitted)
+    def _submitted(self, event: Input.Submitted) -> None:
+        try:
+            argv = tuple(shlex.split(event.value))
+        except ValueError as exc:
+            self.query_one("#run-error", Static).update(f"cannot read that command: {exc}")
+            return
+        if not argv:
+            self.query_one("#run-error", Static).update("type a command, or Esc")
+            return
+        self.dismiss(argv)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class HomeApp(App[HomeChoice | None]):
+    CSS_PATH = "doctor.tcss"
+    TITLE = "gpudoctor"
+    SUB_TITLE = "this machine"
+    BINDINGS = [
+        Binding("enter,w", "watch", "Watch process"),
+        Binding("r", "run", "Run a command"),
+        Binding("q", "quit_home", "Quit"),
+    ]
+
+    def __init__(self, machine: Any, interval_s: float = 1.0) -> None:
+        super().__init__()
+        self.machine = machine
+        self.interval_s = interval_s
+        self.rows: list[ProcessRow] = []
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield GpuPanel(id="gpu-panel")
+        with Horizontal(id="middle"):
+            yield HostPanel(id="host-panel")
+            yield DataTable(id="process-table", cursor_type="row", zebra_stripes=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        table.border_title = "Processes (GPU holders, Python)"
+        table.add_columns("pid", "user", "CPU", "RSS", "GPU mem", "command")
+        table.focus()
+        self.read_machine()
+
+    @work(thread=True, exclusive=True, exit_on_error=False)
+    def read_machine(self) -> None:
+        from textual.worker import get_current_worker
+
+        worker = get_current_worker()
+        while not worker.is_cancelled:
+            snapshot, rows = self.machine.tick()
+            self.post_message(MachineReady(snapshot, rows))
+            deadline = time.monotonic() + self.interval_s
+            while not worker.is_cancelled and time.monotonic() < deadline:
+                time.sleep(0.05)
+
+    @on(MachineReady)
+    def _on_machine(self, message: MachineReady) -> None:
+        for panel in (GpuPanel, HostPanel):
+            self.query_one(panel).snapshot = message.snapshot
+        self.rows = message.rows
+        table = self.query_one(DataTable)
+        keep = table.cursor_row
+        table.clear()
+        for r in message.rows:
+            table.add_row(
+                str(r.pid),
+                r.user[:10],
+                f"{r.cpu_pct:.0f}%",
+                display.mib(r.rss_bytes),
+                display.mib(r.gpu_mem_bytes) if r.gpu_mem_bytes is not None else "-",
+                r.command[:120],
+                key=str(r.pid),
+            )
+        if message.rows:
+            table.move_cursor(row=min(keep, len(message.rows) - 1))
+
+    @on(DataTable.RowSelected)
+    def _on_row_selected(self, event: DataTable.RowSelected) -> None:
+        self.action_watch()
+
+    def selected(self) -> ProcessRow | None:
+        table = self.query_one(DataTable)
+        if not self.rows or table.cursor_row >= len(self.rows):
+            return None
+        return self.rows[table.cursor_row]
+
+    def action_watch(self) -> None:
+        row = self.selected()
+        if row is None:
+            self.notify("no process to watch: r runs a command under the doctor")
+            return
+        self.exit(HomeChoice("watch", pid=row.pid))
+
+    def action_run(self) -> None:
+        self.push_screen(RunPrompt(), self._run_chosen)
+
+    def _run_chosen(self, argv: tuple[str, ...] | None) -> None:
+        if argv:
+            self.exit(HomeChoice("run", command=argv))
+
+    def action_quit_home(self) -> None:
+        self.exit(None)
+
+
+def make_home_app(machine: Any, interval_s: float = 1.0) -> HomeApp:
+    return HomeApp(machine, interval_s)
