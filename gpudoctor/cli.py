@@ -301,9 +301,7 @@ def _run_tui(
     if job_exit is None:
         session.close()
         store.close()
-        print(
-            "gpudoctor: the session did not end cleanly; the job was left running", file=sys.stderr
-        )
+        print(f"gpudoctor: the job (pid {session.job_pid}) was left running", file=sys.stderr)
         return 3
     try:
         report = _record_end(session, store, job_exit, lang)

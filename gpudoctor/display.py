@@ -130,14 +130,14 @@ def throttle_text(reasons: tuple[str, ...] | None) -> str:
 # -- host ------------------------------------------------------------------------------
 
 
-def host_lines(h: HostSample, width: int) -> list[tuple[str, str]]:
+def host_lines(h: HostSample, width: int, core_rows: int = 4) -> list[tuple[str, str]]:
     """(text, style) lines of the host panel; per-core bars fold into one summary line
-    when the panel is too narrow to give each core a readable bar."""
+    when the panel has no room (width, or `core_rows` rows) for a readable bar each."""
     out: list[tuple[str, str]] = []
     cores = h.cpu_pct_per_core
     cell = 16  # "cpu12 ████ 100%" plus a space
     per_row = max(1, width // cell)
-    if width >= cell and len(cores) <= per_row * 4:
+    if width >= cell and len(cores) <= per_row * max(1, core_rows):
         row: list[str] = []
         for i, c in enumerate(cores):
             row.append(f"cpu{i:<2d} {bar(c / 100, 4)} {c:3.0f}%")

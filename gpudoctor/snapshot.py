@@ -102,7 +102,7 @@ def take(
     return Snapshot(
         t_mono_ns=now,
         command=tuple(timeline.command),
-        job_pid=job_pid,
+        job_pid=job_pid or timeline.watched_pid or timeline.main_pid(),
         elapsed_s=elapsed,
         exit=w.exit,
         gpu_reason=timeline.gpu_reason,

@@ -3,6 +3,7 @@ the job, the doctor prints its findings and the terminal is the shell's again.""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
@@ -109,3 +110,70 @@ def test_gpudoctor_alone_then_r_runs_a_typed_command_under_the_doctor(tmp_path: 
         assert "╭" not in text
     finally:
         subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+
+
+def run_in_tmux(tmp_path: Path, name: str, doctor_cmd: str) -> Path:
+    """`doctor_cmd` in an 80x24 tmux window; its exit code lands in the returned file."""
+    done = tmp_path / "done"
+    command = f"cd {ROOT} && {doctor_cmd}; echo EXIT=$? > {done}; echo SHELL-IS-BACK; sleep 60"
+    tmux("new-session", "-d", "-s", name, "-x", "80", "-y", "24", command)
+    return done
+
+
+def test_ctrl_c_asks_and_ctrl_c_again_stops_the_job(tmp_path: Path) -> None:
+    name = f"gpudoctor-ctrlc-{tmp_path.name}"
+    store = tmp_path / "s.db"
+    job = f"{PY} {SAMPLES / 'healthy.py'} --steps 100000"
+    done = run_in_tmux(tmp_path, name, f"GPUDOCTOR_STORE={store} {PY} -m gpudoctor run -- {job}")
+    try:
+        wait_screen(name, "step p50")
+        tmux("send-keys", "-t", name, "C-c")
+        wait_screen(name, "still running")
+        tmux("send-keys", "-t", name, "C-c")
+        text = wait_screen(name, "SHELL-IS-BACK", timeout=60)
+        assert done.read_text().strip() == "EXIT=130" and "╭" not in text
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+
+
+def test_a_crashed_job_is_shown_and_q_restores_the_terminal(tmp_path: Path) -> None:
+    name = f"gpudoctor-crash-{tmp_path.name}"
+    job = f"{PY} {SAMPLES / 'out_of_memory.py'}"
+    done = run_in_tmux(
+        tmp_path, name, f"GPUDOCTOR_STORE={tmp_path / 's.db'} {PY} -m gpudoctor run -- {job}"
+    )
+    try:
+        wait_screen(name, "ended (oom, exit code 1)", timeout=90)
+        tmux("send-keys", "-t", name, "q")  # the job is over: no question
+        text = wait_screen(name, "SHELL-IS-BACK", timeout=30)
+        assert done.read_text().strip() == "EXIT=1"  # the job's own code
+        assert "out-of-memory" in text and "╭" not in text
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+
+
+def test_when_the_doctor_itself_fails_the_terminal_is_restored_and_the_job_goes_on(
+    tmp_path: Path,
+) -> None:
+    """A real failure: the session store on a 200 KiB filesystem fills up mid-run."""
+    assert os.geteuid() == 0, "mounts a small tmpfs: run the suite as root (CI does)"
+    tiny = tmp_path / "tiny"
+    tiny.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(tiny)], check=True)
+    name = f"gpudoctor-fail-{tmp_path.name}"
+    marker = str(os.getpid())  # the job's --seed: finds it to clean up, whatever happens
+    job = f"{PY} {SAMPLES / 'healthy.py'} --steps 100000 --seed {marker}"
+    done = run_in_tmux(
+        tmp_path, name, f"GPUDOCTOR_STORE={tiny / 's.db'} {PY} -m gpudoctor run -- {job}"
+    )
+    try:
+        text = wait_screen(name, "SHELL-IS-BACK", timeout=120)
+        assert "the doctor failed" in text and "disk is full" in text
+        assert done.read_text().strip() == "EXIT=3"
+        assert "╭" not in text
+        pid = int(text.split("gpudoctor: the job (pid ", 1)[1].split(")", 1)[0])
+        os.kill(pid, 0)  # still running: the doctor's failure is not the job's
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+        subprocess.run(["pkill", "-f", f"healthy.py --steps 100000 --seed {marker}"])
+        subprocess.run(["umount", "-l", str(tiny)], capture_output=True)

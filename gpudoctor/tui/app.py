@@ -18,7 +18,7 @@ from gpudoctor.model import JobExit
 from gpudoctor.snapshot import Snapshot, take, timeline_span
 from gpudoctor.timeline import Timeline
 from gpudoctor.tui.messages import JobExited, SessionFailed, SnapshotReady
-from gpudoctor.tui.screens import FindingScreen, HelpScreen, QuitScreen
+from gpudoctor.tui.screens import FindingScreen, HelpScreen, OutputScreen, QuitScreen
 from gpudoctor.tui.widgets import FindingsPanel, GpuPanel, HostPanel, JobPanel, OutputPanel
 
 REPLAY_STEP_S = 5.0
@@ -30,8 +30,11 @@ class DoctorApp(App[JobExit | None]):
     TITLE = "gpudoctor"
     BINDINGS = [
         Binding("q", "quit_doctor", "Quit"),
+        # Ctrl-C is the doctor's quit too (it asks about a running job, as q does)
+        Binding("ctrl+c", "quit_doctor", "Quit", show=False, priority=True),
         Binding("question_mark", "help", "Help"),
         Binding("enter", "open_finding", "Remedies", show=True),
+        Binding("o", "output", "Output"),
     ]
 
     def __init__(self, lang: str = "en") -> None:
@@ -76,6 +79,10 @@ class DoctorApp(App[JobExit | None]):
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
+
+    def action_output(self) -> None:
+        s = self.snapshot
+        self.push_screen(OutputScreen(s.output_tail if s else (), s.output_path if s else None))
 
     def action_open_finding(self) -> None:
         panel = self.query_one(FindingsPanel)
@@ -134,11 +141,16 @@ class LiveApp(DoctorApp):
         if self.quitting:
             self.exit(self.job_exit)
         else:
-            self.notify(f"the job {self._words(message.job_exit)}; q to quit", timeout=10)
+            self.notify(f"the job {self._words(message.job_exit)}; q to quit", timeout=4)
 
     @on(SessionFailed)
     def _on_session_failed(self, message: SessionFailed) -> None:
-        self.exit(None, return_code=3, message=f"gpudoctor: the doctor failed: {message.error}")
+        pid = self.session.job_pid
+        self.exit(
+            None,
+            return_code=3,
+            message=f"gpudoctor: the doctor failed: {message.error} (the job, pid {pid}, goes on)",
+        )
 
     @staticmethod
     def _words(e: JobExit) -> str:
@@ -154,6 +166,9 @@ class LiveApp(DoctorApp):
     def action_quit_doctor(self) -> None:
         if self.job_exit is not None or self.quitting:
             self.exit(self.job_exit)
+            return
+        if isinstance(self.screen, QuitScreen):  # Ctrl-C twice: stop the job
+            self.screen.dismiss("stop")
             return
         if not self.session.can_stop:  # a watched job: leaving always leaves it running
             self.quitting = True

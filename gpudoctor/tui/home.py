@@ -75,6 +75,7 @@ class HomeApp(App[HomeChoice | None]):
         Binding("enter,w", "watch", "Watch process"),
         Binding("r", "run", "Run a command"),
         Binding("q", "quit_home", "Quit"),
+        Binding("ctrl+c", "quit_home", "Quit", show=False, priority=True),
     ]
 
     def __init__(self, machine: Any, interval_s: float = 1.0) -> None:

@@ -77,9 +77,33 @@ Keys
   enter           open the highlighted finding
   ?               this help
   ctrl+p          the command palette
-  q               quit (asks whether to stop the job or leave it running)
+  o               the job's output, full screen
+  q, ctrl+c       quit (asks whether to stop the job or leave it running;
+                  a watched job is always left running)
   replay only:    left/right 5 s, pgup/pgdn 60 s, home/end
 """
+
+
+class OutputScreen(Screen[None]):
+    """The tail of the job's output, with the room of the whole terminal."""
+
+    BINDINGS = [Binding("escape,q,o", "app.pop_screen", "Back")]
+
+    def __init__(self, lines: tuple[str, ...], path: str | None) -> None:
+        super().__init__()
+        self.lines = lines
+        self.path = path
+
+    def compose(self) -> ComposeResult:
+        where = f"the job's output ({self.path})" if self.path else "the job's output"
+        body = "\n".join(self.lines) if self.lines else "(nothing yet)"
+        with VerticalScroll(id="output-full"):
+            yield Static(Text(where, "bold"))
+            yield Static(Text(body))
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(VerticalScroll).scroll_end(animate=False)
 
 
 class HelpScreen(ModalScreen[None]):
@@ -95,7 +119,7 @@ class QuitScreen(ModalScreen[str]):
     """Asked when the job is still running: stop it, or leave it running."""
 
     BINDINGS = [
-        Binding("s", "choose('stop')", "Stop the job and quit"),
+        Binding("s,ctrl+c", "choose('stop')", "Stop the job and quit"),
         Binding("l", "choose('leave')", "Leave it running and quit"),
         Binding("escape,c", "choose('cancel')", "Cancel"),
     ]
@@ -104,7 +128,7 @@ class QuitScreen(ModalScreen[str]):
         with Vertical(id="quit-box"):
             yield Static(
                 "The job is still running.\n\n"
-                "  s  stop the job (Ctrl-C to it) and quit\n"
+                "  s  stop the job (Ctrl-C to it) and quit; Ctrl-C again does the same\n"
                 "  l  leave it running and quit (its output stays in the log)\n"
                 "  esc  cancel",
                 id="quit-text",

@@ -59,12 +59,14 @@ class GpuPanel(Panel):
                 out.append(f"\n   {c['throttle']}", "bold red")
         procs = [p for g in s.gpus for p in g.processes]
         if procs:
-            out.append("\n   pid      user       GPU mem   SM%  command", "bold")
+            head = f"{'pid':<8} {'user':<10} {'GPU mem':>9} {'SM%':>5}  command"
+            out.append(f"\n   {head}", "bold")
             for p in procs[:6]:
                 mine = p.pid in s.job_gpu_pids
                 sm = display.pct(p.sm_util_pct)
                 user = (p.user or "?")[:10]
-                row = f"\n   {p.pid:<7d}  {user:<10} {display.mib(p.mem_used_bytes):>8} {sm:>5}  "
+                mem = display.mib(p.mem_used_bytes)
+                row = f"\n   {p.pid:<8d} {user:<10} {mem:>9} {sm:>5}  "
                 tag = "<- job " if mine else ""
                 room = max(0, width - len(row) - len(tag))
                 out.append(row + tag + (p.command or "")[:room], "bold" if mine else "")
@@ -78,7 +80,10 @@ class HostPanel(Panel):
         if s.host is None:
             return Text("waiting for the first reading…", "dim")
         out = Text()
-        for i, (line, style) in enumerate(display.host_lines(s.host, (self.size.width or 40) - 2)):
+        # six lines besides the cores (load, memory, swap, disk, network) and the border
+        rows = max(4, (self.size.height or 10) - 8)
+        lines = display.host_lines(s.host, (self.size.width or 40) - 2, rows)
+        for i, (line, style) in enumerate(lines):
             if i:
                 out.append("\n")
             out.append(line, style)
