@@ -1,10 +1,12 @@
-"""The doctor's own cost: CPU share and peak memory of `gpudoctor run --headless` at the
-default 1 Hz, over a job that sleeps (no probe traffic) and over a job with a fast
-training loop (the probe sending thousands of steps a second).
+"""The doctor's own cost: CPU share and peak memory of `gpudoctor run` at the default
+1 Hz, headless and with the TUI (in an 80x24 tmux window) side by side, over a job that
+sleeps (no probe traffic) and over a job with a fast training loop (the probe sending
+thousands of steps a second).
 
-    python bench/doctor_cost.py [--seconds 60]
+    python bench/doctor_cost.py [--seconds 60] [--no-tui]
 
-Budget (DESIGN.md section 7): <= 1% of one core headless at 1 Hz, peak RSS <= 100 MB.
+Budget (DESIGN.md section 7): <= 1% of one core headless at 1 Hz, <= 2% with the TUI at
+1 Hz, peak RSS <= 100 MB.
 The CPU share is counted after the first 5 s (start-up: imports, NVML init) and also
 in total.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -25,16 +28,47 @@ ROOT = Path(__file__).resolve().parent.parent
 STARTUP_S = 5.0
 
 
-def measure(job: list[str], seconds: float) -> dict[str, float]:
+def start_tui(cmd: list[str]) -> tuple[psutil.Process, str]:
+    """The doctor with its TUI in a detached 80x24 tmux window: its process, the window."""
+    name = f"gpudoctor-bench-{os.getpid()}"
+    line = "cd " + shlex.quote(str(ROOT)) + " && exec " + shlex.join(cmd)
+    subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "80", "-y", "24", line],
+                   check=True)  # fmt: skip
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        for p in psutil.process_iter(["cmdline"]):
+            if (
+                p.info["cmdline"]
+                and p.info["cmdline"][:3] == cmd[:3]
+                and "run" in p.info["cmdline"]
+            ):
+                return p, name
+        time.sleep(0.05)
+    raise RuntimeError("the TUI doctor did not start")
+
+
+def measure(job: list[str], seconds: float, tui: bool = False) -> dict[str, float]:
     store = Path(tempfile.mkdtemp()) / "s.db"
-    cmd = [sys.executable, "-m", "gpudoctor", "--store", str(store), "run", "--headless",
-           "--max-seconds", str(seconds), "--", *job]  # fmt: skip
+    cmd = [sys.executable, "-m", "gpudoctor", "--store", str(store), "run",
+           *([] if tui else ["--headless"]), "--max-seconds", str(seconds), "--", *job]  # fmt: skip
     start = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    doctor = psutil.Process(proc.pid)
+    window = None
+    if tui:
+        doctor, window = start_tui(cmd)
+        poll = doctor.is_running
+    else:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        doctor = psutil.Process(proc.pid)
+
+        def poll() -> bool:
+            return proc.poll() is None
+
     peak_rss = 0
     cpu_at_startup = None
-    while proc.poll() is None:
+    while poll():
+        if window is not None and time.monotonic() - start > seconds + 3:
+            # the app stays up after the job so its end can be read: q closes it
+            subprocess.run(["tmux", "send-keys", "-t", window, "q"], capture_output=True)
         try:
             times = doctor.cpu_times()
             peak_rss = max(peak_rss, doctor.memory_info().rss)
@@ -44,7 +78,10 @@ def measure(job: list[str], seconds: float) -> dict[str, float]:
             cpu_at_startup = (times.user + times.system, time.monotonic())
         last = (times.user + times.system, time.monotonic())
         time.sleep(0.2)
-    proc.wait()
+    if window is not None:
+        subprocess.run(["tmux", "kill-session", "-t", window], capture_output=True)
+    else:
+        proc.wait()
     assert cpu_at_startup is not None
     steady_cpu = (last[0] - cpu_at_startup[0]) / (last[1] - cpu_at_startup[1])
     total_cpu = last[0] / (last[1] - start)
@@ -59,6 +96,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--seconds", type=float, default=60.0)
     p.add_argument("--device", default="cpu")
+    p.add_argument("--no-tui", action="store_true", help="headless only")
     args = p.parse_args()
     jobs = {
         "sleeping job (no probe traffic)": [sys.executable, "-c", f"import time; time.sleep({args.seconds + 30})"],
@@ -67,15 +105,16 @@ def main() -> None:
             "--steps", "100000000", "--device", args.device,
         ],
     }  # fmt: skip
-    print(
-        f"doctor cost, `gpudoctor run --headless` at 1 Hz for {args.seconds:.0f} s, {os.cpu_count()} cores"
-    )
+    print(f"doctor cost, `gpudoctor run` at 1 Hz for {args.seconds:.0f} s, {os.cpu_count()} cores")
     for name, job in jobs.items():
-        r = measure(job, args.seconds)
-        print(
-            f"  {name}: CPU {r['steady_pct']:.2f}% of one core after start-up "
-            f"({r['total_pct']:.2f}% in total), peak RSS {r['peak_rss_mb']:.1f} MB"
-        )
+        for tui in (False,) if args.no_tui else (False, True):
+            r = measure(job, args.seconds, tui)
+            print(
+                f"  {name}, {'TUI (tmux 80x24)' if tui else 'headless'}: CPU "
+                f"{r['steady_pct']:.2f}% of one core after start-up ({r['total_pct']:.2f}% in "
+                f"total), peak RSS {r['peak_rss_mb']:.1f} MB",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

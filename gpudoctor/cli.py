@@ -92,6 +92,30 @@ def build_parser() -> argparse.ArgumentParser:
         "--lang", choices=("en", "zh"), default=None, help="language of the remedies"
     )
 
+    trial = add("trial", "A/B: the job as it is, then with a remedy applied; the measured speedup")
+    trial.add_argument(
+        "--apply", action="append", default=[], metavar="REMEDY",
+        help="remedy id to apply (repeatable; default: the top finding's first remedy)",
+    )  # fmt: skip
+    trial.add_argument(
+        "--steps", type=_positive_int, default=100, metavar="N",
+        help="steady-state steps measured in each run, warm-up excluded (default 100)",
+    )  # fmt: skip
+    trial.add_argument(
+        "--repeat", type=_positive_int, default=2, metavar="K",
+        help="run each side K times, alternating: B T T B ... (default 2)",
+    )  # fmt: skip
+    trial.add_argument(
+        "--report", type=Path, metavar="PATH", help="write the report (.json or .md)"
+    )
+    trial.add_argument("--lang", choices=("en", "zh"), default=None)
+    trial.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
+
+    compare = add("compare", "compare two recorded runs: samples/s, speedup, symptoms")
+    compare.add_argument("baseline", help="session id of the first run")
+    compare.add_argument("treatment", help="session id of the second run (or `last`)")
+    compare.add_argument("--format", choices=("text", "json"), default="text")
+
     history = add("history", "recorded sessions, newest first")
     history.add_argument("--limit", type=int, default=20, help="how many to list (default 20)")
 
@@ -107,6 +131,16 @@ def build_parser() -> argparse.ArgumentParser:
     remedies = add("remedies", "print the remedy catalogue")
     remedies.add_argument("--lang", choices=("en", "zh"), default=None)
     return parser
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
 
 
 def _positive_float(text: str) -> float:
@@ -131,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
         handler = {
             "run": cmd_run,
             "watch": cmd_watch,
+            "trial": cmd_trial,
+            "compare": cmd_compare,
             "history": cmd_history,
             "report": cmd_report,
             "replay": cmd_replay,
@@ -312,6 +348,244 @@ def _run_tui(
     if job_exit.ended_by == "detached" and session.proc is not None:
         notes.append(f"the job (pid {session.proc.pid}) was left running")
     return _conclude(report, report_path, job_exit, tuple(notes))
+
+
+# -- trial and compare ----------------------------------------------------------------------
+
+
+def cmd_trial(args: argparse.Namespace) -> int:
+    """Baseline, then treatment (alternating when repeated); the speedup and its interval."""
+    from gpudoctor import report as reports
+    from gpudoctor.diagnosis.engine import diagnose
+    from gpudoctor.prescribe import trial as trials
+    from gpudoctor.prescribe.rerun import NotApplicable, plan
+    from gpudoctor.session import LaunchError
+
+    command = _command_of(args, "trial")
+    report_path = _report_path(args, "trial")
+    from gpudoctor.diagnosis.remedies import CATALOGUE
+
+    unknown = [r for r in args.apply if r not in CATALOGUE]
+    if unknown:
+        raise UsageError(
+            f"gpudoctor trial: unknown remedy {unknown[0]!r} (see gpudoctor remedies; known: "
+            f"{', '.join(sorted(CATALOGUE))})"
+        )
+    lang = args.lang or default_lang()
+    store = _open_store(args)
+    arms: dict[str, list[Any]] = {"baseline": [], "treatment": []}
+    # the runs' own output (and the KeyboardInterrupt that ends them) goes to a log
+    logs = Path(store.path).parent / "logs"
+    try:
+        logs.mkdir(parents=True, exist_ok=True)
+        log_path = logs / time.strftime("trial-%Y%m%d-%H%M%S.log")
+        log = log_path.open("ab")
+    except OSError as exc:
+        store.close()
+        raise UsageError(f"gpudoctor trial: cannot write the runs' log in {logs}: {exc}") from None
+    print(f"gpudoctor trial: the runs' output goes to {log_path}", file=sys.stderr)
+
+    def run(side: str, argv: list[str], env: dict[str, str]) -> Any:
+        n = len(arms[side]) + 1
+        print(f"gpudoctor trial: {side} run {n}: {' '.join(argv)}", file=sys.stderr, flush=True)
+        session, arm = trials.run_arm(argv, env, args.steps, store, output=log)
+        assert session.timeline.exit is not None
+        _record_end(session, store, session.timeline.exit, lang)
+        arms[side].append(arm)
+        print(
+            f"gpudoctor trial:   {len(arm.walls_s)} steps, "
+            f"{_rate_words(arm)}, data wait {_pct(arm.data_wait_fraction)}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return session
+
+    try:
+        try:
+            first = run("baseline", command, {})
+        except LaunchError as exc:
+            print(f"gpudoctor trial: {exc}", file=sys.stderr)
+            return exc.exit_code
+        base = arms["baseline"][0]
+        if base.failed or len(base.walls_s) < 5:
+            why = (
+                f"exit code {base.exit_code}"
+                if base.failed
+                else f"only {base.total_steps} steps (warm-up is {5})"
+            )
+            print(
+                f"gpudoctor trial: the baseline run failed ({why}): nothing to compare",
+                file=sys.stderr,
+            )
+            return base.exit_code if base.failed and base.exit_code else 1
+        timeline = first.timeline
+        facts = timeline.merged_facts()
+        cores = timeline.host[-1].cores_allowed if timeline.host else (os.cpu_count() or 1)
+        remedies = list(args.apply)
+        if not remedies:
+            findings = [f for f in diagnose(timeline.window()) if f.remedies]
+            if not findings:
+                raise UsageError(
+                    "gpudoctor trial: the baseline run has no finding with a remedy; "
+                    "name one with --apply REMEDY"
+                )
+            remedies = [findings[0].remedies[0]]
+            print(
+                f"gpudoctor trial: applying {remedies[0]}, the first remedy of the top "
+                f"finding ({findings[0].id})",
+                file=sys.stderr,
+            )
+        try:
+            treatment = plan(remedies, command, facts, cores)
+        except NotApplicable as exc:
+            raise UsageError(f"gpudoctor trial: {exc}") from None
+        for c in treatment.applied:
+            print(
+                f"gpudoctor trial: {c.remedy} via {c.via}: {c.change}"
+                + (f" ({c.why})" if c.why else ""),
+                file=sys.stderr,
+            )
+        order = ["treatment"]
+        for r in range(1, args.repeat):
+            order += ["treatment", "baseline"] if r % 2 else ["baseline", "treatment"]
+        last = None
+        for side in order:
+            if side == "treatment":
+                last = run("treatment", list(treatment.argv), treatment.env)
+            else:
+                run("baseline", command, {})
+        point, ci = trials.speedup(arms["baseline"], arms["treatment"])
+        outcome = trials.verdict(point, ci, arms["treatment"])
+        result = {
+            "baseline": _pooled(arms["baseline"]),
+            "treatment": _pooled(arms["treatment"]),
+            "speedup": round(point, 4),
+            "ci95": [round(ci[0], 4), round(ci[1], 4)],
+            "verdict": outcome,
+            "applied": [c.as_dict() for c in treatment.applied],
+            "commands": {"baseline": command, "treatment": list(treatment.argv)},
+            "treatment_env": treatment.env,
+            "treatment_shown": treatment.shown(),
+            "steps_per_run": args.steps,
+            "repeat": args.repeat,
+            "method": (
+                "moving-block bootstrap over the steady steps (blocks of a quarter run), "
+                "2000 rounds; the first 25 steps of each run are warm-up"
+            ),
+        }
+        if last is not None and last.session_id is not None:
+            store.add(last.session_id, "trial", time.monotonic_ns(), result)
+            store.commit()
+    finally:
+        store.close()
+        log.close()
+    _print_trial(result)
+    if report_path is not None:
+        report = {"schema": reports.SCHEMA, "mode": "trial", "command": command, "trial": result}
+        _write_report(report, report_path) if report_path.suffix == ".json" else (
+            report_path.write_text(_trial_markdown(result), encoding="utf-8")
+        )
+    return 0
+
+
+def _command_of(args: argparse.Namespace, name: str) -> list[str]:
+    command = list(args.cmd)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise UsageError(
+            f"gpudoctor {name}: no command given (usage: gpudoctor {name} [OPTIONS] -- CMD [ARGS...])"
+        )
+    return command
+
+
+def _pooled(arms: list[Any]) -> dict[str, Any]:
+    from gpudoctor.prescribe.trial import _rate
+
+    first: dict[str, Any] = arms[0].as_dict()
+    waits = [a.data_wait_fraction for a in arms if a.data_wait_fraction is not None]
+    first["samples_per_s"] = round(_rate(arms), 2)
+    first["data_wait_fraction"] = round(sum(waits) / len(waits), 4) if waits else None
+    first["runs"] = [a.as_dict() for a in arms]
+    first["sessions"] = [a.session_id for a in arms]
+    return first
+
+
+def _rate_words(arm: Any) -> str:
+    sps = arm.samples_per_s
+    unit = "samples/s" if arm.batch_size else "steps/s"
+    return f"{sps:.1f} {unit}" if sps else "no rate"
+
+
+def _pct(value: float | None) -> str:
+    return f"{value:.0%}" if value is not None else "n/a"
+
+
+def _print_trial(r: dict[str, Any]) -> None:
+    out = sys.stderr
+    b, t = r["baseline"], r["treatment"]
+    unit = b["unit"] + "/s"
+    print("", file=out)
+    print(f"gpudoctor trial: {r['verdict']}", file=out)
+    for c in r["applied"]:
+        print(f"  applied {c['remedy']} via {c['via']}: {c['change']}", file=out)
+    print(f"  baseline  {b['samples_per_s']:.1f} {unit}, step {b['step_median_ms']:.1f} ms median, "
+          f"data wait {_pct(b['data_wait_fraction'])}", file=out)  # fmt: skip
+    print(f"  treatment {t['samples_per_s']:.1f} {unit}, step "
+          f"{(t['step_median_ms'] or 0):.1f} ms median, data wait {_pct(t['data_wait_fraction'])}",
+          file=out)  # fmt: skip
+    low, high = r["ci95"]
+    print(f"  speedup {r['speedup']:.2f}x (95% interval {low:.2f}-{high:.2f}); data wait "
+          f"{_pct(b['data_wait_fraction'])} -> {_pct(t['data_wait_fraction'])}", file=out)  # fmt: skip
+    print(f"  treatment command: {r['treatment_shown']}", file=out)
+
+
+def _trial_markdown(r: dict[str, Any]) -> str:
+    b, t = r["baseline"], r["treatment"]
+    lines = [
+        "# gpudoctor trial",
+        "",
+        f"- verdict: **{r['verdict']}**, speedup {r['speedup']:.2f}x "
+        f"(95% interval {r['ci95'][0]:.2f}-{r['ci95'][1]:.2f})",
+        f"- baseline: {b['samples_per_s']} {b['unit']}/s, data wait {_pct(b['data_wait_fraction'])}",
+        f"- treatment: {t['samples_per_s']} {t['unit']}/s, data wait {_pct(t['data_wait_fraction'])}",
+        f"- treatment command: `{r['treatment_shown']}`",
+    ]
+    lines += [f"- applied `{c['remedy']}` via {c['via']}: {c['change']}" for c in r["applied"]]
+    return "\n".join(lines) + "\n"
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from gpudoctor.prescribe import trial as trials
+
+    runs = []
+    for name in (args.baseline, args.treatment):
+        args.session = name
+        session_id, timeline = _load_session(args, "compare")
+        arm = trials.arm_of(timeline, session_id)
+        if len(arm.walls_s) < 5:
+            raise UsageError(
+                f"gpudoctor compare: session {session_id} has too few steps to compare"
+            )
+        runs.append(arm)
+    point, ci = trials.speedup([runs[0]], [runs[1]])
+    result = {
+        "baseline": _pooled([runs[0]]),
+        "treatment": _pooled([runs[1]]),
+        "speedup": round(point, 4),
+        "ci95": [round(ci[0], 4), round(ci[1], 4)],
+        "verdict": trials.verdict(point, ci, [runs[1]]),
+        "applied": [],
+        "commands": {"baseline": list(runs[0].argv), "treatment": list(runs[1].argv)},
+        "treatment_shown": " ".join(runs[1].argv),
+    }
+    if args.format == "json":
+        import json
+
+        print(json.dumps(result, indent=2))
+    else:
+        _print_trial(result)
+    return 0
 
 
 # -- home: `gpudoctor` alone -----------------------------------------------------------------

@@ -13,8 +13,9 @@ Severity = Literal["high", "medium", "low", "info"]
 # "estimated": the finding rests on a signal read from outside the process (watch mode:
 # stack samples instead of the probe's step timings)
 Confidence = Literal["measured", "estimated"]
-# "detached": the doctor was told to leave the job running (the TUI's `q`, then `l`)
-EndedBy = Literal["exit", "signal", "oom", "exception", "max-seconds", "detached"]
+# "detached": the doctor was told to leave the job running (the TUI's `q`, then `l`);
+# "steps": a trial stopped it once it had run the steps the trial measures
+EndedBy = Literal["exit", "signal", "oom", "exception", "max-seconds", "detached", "steps"]
 
 
 @dataclass(frozen=True)

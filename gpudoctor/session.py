@@ -137,9 +137,11 @@ class Session(Recorder):
         nvml: NvmlReader | None = None,
         output: IO[Any] | None = None,
         own_terminal: bool = False,
+        extra_env: dict[str, str] | None = None,
     ) -> None:
         super().__init__(command, store, interval_s, max_seconds, nvml)
         self.output = output
+        self.extra_env = extra_env or {}  # a trial's in-process remedies
         # Under the TUI the job must not share the doctor's terminal: its own session
         # (terminal signals and a closed terminal do not reach it), no stdin, output in
         # a log file, so that leaving it running really leaves it running.
@@ -161,7 +163,7 @@ class Session(Recorder):
         try:
             self.proc = subprocess.Popen(
                 self.command,
-                env=probe_env(self.server.path),
+                env={**probe_env(self.server.path), **self.extra_env},
                 stdin=subprocess.DEVNULL if self.own_terminal else None,
                 stdout=self.output,
                 stderr=self.output,

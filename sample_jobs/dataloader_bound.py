@@ -20,7 +20,7 @@ class AugmentedDataset(Dataset[tuple[torch.Tensor, int]]):
     """Stands in for decoding plus augmentation: ~1 ms of single-threaded CPU work per
     sample, as a JPEG decoder in PIL would be."""
 
-    def __init__(self, size: int, work: int = 1) -> None:
+    def __init__(self, size: int, work: int = 4) -> None:
         self.size = size
         self.work = work
 
@@ -36,11 +36,16 @@ class AugmentedDataset(Dataset[tuple[torch.Tensor, int]]):
 
 
 def main() -> None:
-    args = parser(__doc__.splitlines()[0], steps=250, batch_size=32).parse_args()
+    p = parser(__doc__.splitlines()[0], steps=250, batch_size=32)
+    p.add_argument("--decode-work", type=int, default=4, help="CPU work per sample (x ~0.3 ms)")
+    args = p.parse_args()
     torch.manual_seed(args.seed)
+    # A small model needs one intra-op thread; the default of one per core would spin
+    # on the very cores the DataLoader's workers need (on a 2-core machine, all of them).
+    torch.set_num_threads(1)
     device = torch.device(args.device)
     loader = DataLoader(
-        AugmentedDataset(100_000),
+        AugmentedDataset(100_000, work=args.decode_work),
         batch_size=args.batch_size,
         shuffle=True,
         num_workers=args.num_workers,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import os
 import sys
 import threading
@@ -18,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import ENV_SOCKET, protocol
+from . import ENV_OVERRIDES, ENV_SOCKET, protocol
 from .channel import Channel
 from .steps import StepClock
 
@@ -58,6 +59,7 @@ class Probe:
     def __init__(self, socket_path: str) -> None:
         self.socket_path = socket_path
         self.active = True
+        self.overrides = read_overrides()
         self.torch: Any = None
         self.lock = threading.Lock()
         # The hooks a counted step does without (see steps.py, sampling): each part is
@@ -307,6 +309,18 @@ class Probe:
 
 
 PROBE: Probe | None = None
+
+
+def read_overrides() -> dict[str, Any]:
+    """The in-process remedies asked for (a trial's treatment); {} when none or unreadable."""
+    text = os.environ.get(ENV_OVERRIDES)
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def arm() -> None:

@@ -104,6 +104,12 @@ def install_torch(probe: Probe, torch: Any) -> None:
     for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
         if key in os.environ:
             probe.fact(key.lower(), os.environ[key])
+    if probe.overrides.get("cudnn_benchmark") is not None:
+        try:
+            torch.backends.cudnn.benchmark = bool(probe.overrides["cudnn_benchmark"])
+            probe.fact("overrides_applied", {"cudnn_benchmark": torch.backends.cudnn.benchmark})
+        except Exception as exc:
+            probe.error("cudnn-override", exc)
     _hook_dataloader(probe, torch)
     _hook_modules(probe, torch)
     _hook_backward(probe, torch)
@@ -151,7 +157,11 @@ def _hook_dataloader(probe: Probe, torch: Any) -> None:
     original_next = iter_cls.__next__
     loaders: list[dict[str, Any]] = []
 
+    overrides = dict(probe.overrides.get("dataloader") or {})
+
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        if overrides:  # a remedy the user asked to apply: only then is a loader changed
+            args, kwargs = _override_loader(probe, original_init, self, args, kwargs, overrides)
         original_init(self, *args, **kwargs)
         try:
             if len(loaders) < 8:
@@ -210,6 +220,42 @@ def _hook_dataloader(probe: Probe, torch: Any) -> None:
     loader_cls.__iter__ = __iter__
     iter_cls.__next__ = __next__
     probe.detail_parts.append(_swap(iter_cls, "__next__", __next__, original_next))
+
+
+# Keyword arguments DataLoader accepts only with worker processes (it raises otherwise).
+_WORKER_ONLY = ("prefetch_factor", "persistent_workers")
+
+
+def _override_loader(
+    probe: Probe,
+    init: Any,
+    loader: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    overrides: dict[str, Any],
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The DataLoader's arguments with the requested overrides applied (positional ones
+    too); worker-only settings are left out when the loader ends up with no workers.
+    On any trouble the loader is built exactly as the job asked."""
+    try:
+        import inspect
+
+        bound = inspect.signature(init).bind(loader, *args, **kwargs)
+        arguments = bound.arguments
+        extra = arguments.get("kwargs") if "kwargs" in arguments else None
+        workers = overrides.get("num_workers", arguments.get("num_workers", 0))
+        changed = {}
+        for key, value in overrides.items():
+            if key in _WORKER_ONLY and not workers:
+                continue
+            before = arguments.get(key, (extra or {}).get(key))
+            arguments[key] = value
+            changed[key] = [before, value]
+        probe.fact("overrides_applied", {"dataloader": changed})
+        return bound.args[1:], dict(bound.kwargs)
+    except Exception as exc:
+        probe.error("dataloader-override", exc)
+        return args, kwargs
 
 
 def _swap(owner: Any, name: str, ours: Any, original: Any) -> tuple[Any, Any]:

@@ -1,0 +1,160 @@
+"""The command a remedy's rerun runs: the same command, changed through the script's
+own flag when the probe saw one that fits, else through the probe's in-process
+overrides, else not at all (the change is an edit; `manual` says which).
+
+Never through a shell: the argv built here is what runs, and what the user can paste.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpudoctor.diagnosis.remedies import CATALOGUE
+from gpudoctor.prescribe.how import MAX_WORKERS, script_flag, suggested_value, suggested_workers
+from gpudoctor.probe import ENV_OVERRIDES
+
+# In-process values for the probe's overrides (DataLoader keywords, cudnn.benchmark).
+# prefetch_factor 4: twice DataLoader's default of 2 batches per worker.
+PREFETCH_FACTOR = 4
+
+
+@dataclass(frozen=True)
+class Change:
+    remedy: str
+    via: str  # "flag" | "probe" | "manual"
+    change: str  # what changed, as a user reads it: "--num-workers 0 -> 2"
+    why: str = ""  # how the value was chosen
+
+    def as_dict(self) -> dict[str, str]:
+        return {"remedy": self.remedy, "via": self.via, "change": self.change, "why": self.why}
+
+
+@dataclass(frozen=True)
+class Treatment:
+    argv: tuple[str, ...]
+    overrides: dict[str, Any] = field(default_factory=dict)
+    applied: tuple[Change, ...] = ()
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {ENV_OVERRIDES: json.dumps(self.overrides)} if self.overrides else {}
+
+    def shown(self) -> str:
+        """The command line as it ran (the overrides, when any, as the env variable)."""
+        prefix = (
+            f"{ENV_OVERRIDES}={shlex.quote(json.dumps(self.overrides))} " if self.overrides else ""
+        )
+        return prefix + shlex.join(self.argv)
+
+
+class NotApplicable(Exception):
+    """This remedy cannot be applied to this job on a rerun; the message says what to
+    edit by hand instead."""
+
+
+def plan(
+    remedies: list[str], argv: list[str], facts: dict[str, Any], cores_allowed: int
+) -> Treatment:
+    """The treatment that applies each remedy in turn (NotApplicable for one that can
+    only be applied by hand)."""
+    out = Treatment(tuple(argv))
+    for remedy_id in remedies:
+        out = _apply(remedy_id, out, facts, cores_allowed)
+    return out
+
+
+def _apply(remedy_id: str, t: Treatment, facts: dict[str, Any], cores: int) -> Treatment:
+    if remedy_id not in CATALOGUE:
+        known = ", ".join(sorted(CATALOGUE))
+        raise NotApplicable(f"unknown remedy {remedy_id!r} (known: {known})")
+    loaders = facts.get("dataloaders") or []
+    loader = loaders[0] if loaders else {}
+    needs_loader = remedy_id in ("more-workers", "pin-memory", "prefetch", "persistent-workers")
+    if needs_loader and not loaders:
+        raise NotApplicable(
+            f"{remedy_id} changes a DataLoader, and this job uses none: "
+            f"by hand, {CATALOGUE[remedy_id].snippet.splitlines()[0]}"
+        )
+    why = _why(remedy_id, facts, cores, loader)
+    found = script_flag(remedy_id, facts)
+    if found is not None:
+        flag, current = found
+        options = facts.get("script_options") or {}
+        option: dict[str, Any] = next(
+            (o for o in options.values() if flag in o.get("strings", ())), {}
+        )
+        value = suggested_value(remedy_id, facts, cores, current)
+        takes_value = bool(option.get("takes_value", True))
+        if takes_value and value is None:
+            value = current  # nothing to choose: only the flag's presence is known
+        if remedy_id == "more-workers" and isinstance(current, int) and value <= current:
+            raise NotApplicable(f"the job already runs {current} workers ({why})")
+        argv = _set_flag(list(t.argv), option.get("strings", [flag]), flag, value, takes_value)
+        change = f"{flag} {current!r} -> {value!r}" if takes_value else f"{flag} added"
+        change = change.replace("'", "")
+        return Treatment(
+            tuple(argv), t.overrides, (*t.applied, Change(remedy_id, "flag", change, why))
+        )
+    override = CATALOGUE[remedy_id].probe_override
+    if override is not None:
+        overrides = json.loads(json.dumps(t.overrides))
+        if override.startswith("dataloader."):
+            key = override.split(".", 1)[1]
+            value = _loader_value(remedy_id, facts, cores)
+            current = loader.get(key)
+            if remedy_id == "more-workers" and isinstance(current, int) and value <= current:
+                raise NotApplicable(f"the DataLoader already has {current} workers ({why})")
+            overrides.setdefault("dataloader", {})[key] = value
+            if key in ("prefetch_factor", "persistent_workers") and not loader.get("num_workers"):
+                raise NotApplicable(f"{key} needs DataLoader workers: apply more-workers too")
+            change = f"DataLoader {key}={current!r} -> {value!r}"
+        else:  # cudnn.benchmark
+            overrides["cudnn_benchmark"] = True
+            change = f"torch.backends.cudnn.benchmark {facts.get('cudnn_benchmark')!r} -> True"
+        return Treatment(t.argv, overrides, (*t.applied, Change(remedy_id, "probe", change, why)))
+    raise NotApplicable(
+        f"{remedy_id} cannot be applied on a rerun of this job (no script flag for it, no "
+        f"in-process switch): by hand, {CATALOGUE[remedy_id].snippet.splitlines()[0]}"
+    )
+
+
+def _loader_value(remedy_id: str, facts: dict[str, Any], cores: int) -> Any:
+    if remedy_id == "more-workers":
+        return suggested_workers(facts, cores)
+    if remedy_id == "prefetch":
+        return PREFETCH_FACTOR
+    return True  # pin-memory, persistent-workers
+
+
+def _why(remedy_id: str, facts: dict[str, Any], cores: int, loader: dict[str, Any]) -> str:
+    if remedy_id != "more-workers":
+        return ""
+    world = int(facts.get("world_size") or 1)
+    n = suggested_workers(facts, cores)
+    return (
+        f"{cores} cores the job may use / world size {world} = {cores // max(world, 1)}, "
+        f"at least 2, at most {MAX_WORKERS}: {n}; the loader has "
+        f"{loader.get('num_workers', 'unknown')} now"
+    )
+
+
+def _set_flag(
+    argv: list[str], strings: list[str], flag: str, value: Any, takes_value: bool
+) -> list[str]:
+    """argv with the option set: its value replaced where it is given (`--x v` or
+    `--x=v`, under any of its names), else the option appended."""
+    out = list(argv)
+    for i, arg in enumerate(out):
+        for name in strings:
+            if takes_value and arg == name and i + 1 < len(out):
+                out[i + 1] = str(value)
+                return out
+            if takes_value and arg.startswith(name + "="):
+                out[i] = f"{name}={value}"
+                return out
+            if not takes_value and arg == name:
+                return out
+    return [*out, flag, str(value)] if takes_value else [*out, flag]

@@ -1,0 +1,159 @@
+"""`gpudoctor trial` and `compare`: real reruns of real sample jobs on this 2-core
+machine, and the bad inputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import PY, SAMPLES, doctor
+
+from gpudoctor.prescribe.rerun import NotApplicable, plan
+from gpudoctor.prescribe.trial import Arm, speedup, verdict
+
+
+def trial(tmp_path: Path, *args: str, name: str = "trial") -> tuple[Any, dict[str, Any]]:
+    report = tmp_path / f"{name}.json"
+    proc = doctor("trial", "--report", str(report), *args, timeout=600)
+    assert report.exists(), proc.stderr[-3000:]
+    return proc, json.loads(report.read_text())["trial"]
+
+
+def test_more_workers_through_the_scripts_flag_is_faster_and_repeats_inside_its_interval(
+    tmp_path: Path,
+) -> None:
+    # decoding heavy enough next to the model that two cores' worth of workers show
+    job = ("--", PY, str(SAMPLES / "dataloader_bound.py"), "--seconds", "600", "--decode-work", "8")
+    proc, first = trial(tmp_path, *job)  # the defaults: 100 steps, B T T B
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    # without --apply: the top finding's (input-bound) first remedy
+    assert first["applied"] == [
+        {
+            "remedy": "more-workers",
+            "via": "flag",
+            "change": "--num-workers 0 -> 2",
+            "why": first["applied"][0]["why"],
+        }
+    ]
+    assert "2 cores the job may use" in first["applied"][0]["why"]
+    assert first["commands"]["treatment"][-2:] == ["--num-workers", "2"]
+    assert first["speedup"] >= 1.3 and first["verdict"] == "faster"
+    low, high = first["ci95"]
+    assert low <= first["speedup"] <= high
+    assert first["baseline"]["data_wait_fraction"] > first["treatment"]["data_wait_fraction"]
+    assert first["baseline"]["steps"] == first["treatment"]["steps"] == 100
+    assert first["baseline"]["unit"] == "samples"
+    # the same trial again lands inside the interval the first one reported
+    _, again = trial(tmp_path, *job, name="again")
+    assert low <= again["speedup"] <= high, (first["ci95"], again["speedup"])
+    # and the two recorded treatment runs compare as equals
+    a, b = first["treatment"]["sessions"][0], again["treatment"]["sessions"][0]
+    compared = doctor("compare", str(a), str(b), "--format", "json")
+    assert compared.returncode == 0, compared.stderr
+    result = json.loads(compared.stdout)
+    assert result["ci95"][0] <= 1.0 + 0.25 and result["verdict"] in (
+        "no better than noise",
+        "faster",
+        "slower",
+    )
+
+
+def test_without_the_flag_the_probe_overrides_the_dataloader(tmp_path: Path) -> None:
+    job = ("--", PY, str(SAMPLES / "dataloader_no_flag.py"), "--seconds", "600")
+    proc, result = trial(tmp_path, "--apply", "more-workers", "--repeat", "1", *job)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert result["applied"][0]["via"] == "probe"
+    assert result["applied"][0]["change"] == "DataLoader num_workers=0 -> 2"
+    assert result["commands"]["treatment"] == result["commands"]["baseline"]  # not edited
+    assert "GPUDOCTOR_OVERRIDES=" in result["treatment_shown"]
+    assert result["speedup"] >= 1.3 and result["verdict"] == "faster"
+
+
+def test_more_workers_on_a_healthy_in_memory_job_is_no_gain(tmp_path: Path) -> None:
+    """Batches from tensors in memory: the job does not wait for data, so more workers
+    cannot help; the trial must say so, not invent a gain."""
+    job = ("--", PY, str(SAMPLES / "in_memory_loader.py"), "--seconds", "600")
+    proc, result = trial(tmp_path, "--apply", "more-workers", "--repeat", "1", *job)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert result["applied"][0]["change"] == "--num-workers 0 -> 2"
+    assert result["verdict"] in ("no better than noise", "slower"), result
+    assert result["speedup"] < 1.1
+
+
+def test_a_remedy_with_nothing_to_change_is_refused_in_one_line() -> None:
+    """healthy.py has a --num-workers option (its parser is shared) but no DataLoader."""
+    job = ("--", PY, str(SAMPLES / "healthy.py"), "--seconds", "600")
+    proc = doctor("trial", "--apply", "more-workers", "--steps", "30", *job, timeout=600)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "uses none" in last and "Traceback" not in proc.stderr
+    proc = doctor("trial", "--apply", "defer-sync", "--steps", "30", *job, timeout=600)
+    assert proc.returncode == 2 and "by hand" in proc.stderr.strip().splitlines()[-1]
+
+
+def test_bad_input_is_one_line_and_exit_2() -> None:
+    job = ("--", PY, str(SAMPLES / "healthy.py"), "--steps", "50")
+    for args, words in (
+        (("--apply", "warp-drive", *job), "unknown remedy 'warp-drive'"),
+        (("--steps", "0", *job), "must be positive"),
+        ((), "no command given"),
+    ):
+        proc = doctor("trial", *args)
+        assert proc.returncode == 2, proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and words in lines[0], proc.stderr
+
+
+def test_a_baseline_that_fails_ends_the_trial_with_its_exit_code() -> None:
+    proc = doctor("trial", "--", PY, str(SAMPLES / "out_of_memory.py"), timeout=300)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "the baseline run failed (exit code 1)" in proc.stderr
+    assert "Traceback" not in proc.stderr.split("gpudoctor trial: baseline")[0]
+
+
+# -- the pure parts ------------------------------------------------------------------------
+
+
+def arm(walls: list[float], batch: float = 32.0, code: int | None = 130) -> Arm:
+    return Arm(None, (), tuple(walls), batch, None, code, "steps", len(walls))
+
+
+def test_speedup_interval_holds_the_point_and_separates_clear_differences() -> None:
+    slow = arm([0.010, 0.012, 0.011, 0.013] * 50)
+    fast = arm([0.005, 0.006, 0.0055, 0.0065] * 50)
+    point, (low, high) = speedup([slow], [fast])
+    assert point == pytest.approx(2.0, rel=0.05) and low <= point <= high and low > 1.5
+    assert verdict(point, (low, high), [fast]) == "faster"
+    same, ci = speedup([slow], [arm([0.011, 0.013, 0.010, 0.012] * 50)])
+    assert ci[0] <= 1.0 <= ci[1]
+    assert verdict(same, ci, [slow]) == "no better than noise"
+    crashed = Arm(None, (), (), None, None, 1, "exception", 3)
+    assert verdict(1.0, (0.9, 1.1), [crashed]) == "crashed"
+
+
+def test_plan_names_the_flag_the_probe_or_says_it_cannot() -> None:
+    argv = ["python", "train.py", "--num-workers=0"]
+    facts = {
+        "dataloaders": [{"num_workers": 0}],
+        "script_options": {
+            "--num-workers": {"strings": ["--num-workers"], "value": 0, "takes_value": True},
+            "--amp": {"strings": ["--amp"], "value": False, "takes_value": False},
+        },
+    }
+    t = plan(["more-workers", "amp"], argv, facts, cores_allowed=8)
+    assert list(t.argv) == ["python", "train.py", "--num-workers=8", "--amp"]
+    assert [c.via for c in t.applied] == ["flag", "flag"] and not t.overrides
+    t = plan(
+        ["pin-memory", "persistent-workers"],
+        argv,
+        {**facts, "dataloaders": [{"num_workers": 2}]},
+        8,
+    )
+    assert t.overrides == {"dataloader": {"pin_memory": True, "persistent_workers": True}}
+    assert t.argv == tuple(argv)
+    with pytest.raises(NotApplicable, match="by hand"):
+        plan(["defer-sync"], argv, facts, 8)
+    with pytest.raises(NotApplicable, match="needs DataLoader workers"):
+        plan(["prefetch"], argv, {"dataloaders": [{"num_workers": 0}]}, 8)
