@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import locale
 import os
 import signal
@@ -111,6 +112,33 @@ def build_parser() -> argparse.ArgumentParser:
     trial.add_argument("--lang", choices=("en", "zh"), default=None)
     trial.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
 
+    tune = add("tune", "find settings by measuring: `tune batch-size -- CMD`")
+    tune_sub = tune.add_subparsers(dest="what", metavar="WHAT", parser_class=_Parser)
+    bs = tune_sub.add_parser(
+        "batch-size",
+        help="the largest batch that fits and the fastest (each size a fresh run)",
+        description="the largest batch that fits and the fastest (each size a fresh run)",
+    )
+    bs.add_argument("--store", type=Path, default=argparse.SUPPRESS, help=store_help)
+    bs.add_argument(
+        "--max-memory", metavar="SIZE",
+        help="memory limit for the job (e.g. 8GiB): its processes' RSS on a CPU job; "
+        "default: the GPU's memory, none on a CPU job",
+    )  # fmt: skip
+    bs.add_argument(
+        "--cap", type=_positive_int, default=4096, metavar="N",
+        help="largest batch size to try (default 4096)",
+    )  # fmt: skip
+    bs.add_argument(
+        "--steps", type=_positive_int, default=15, metavar="N",
+        help="steps measured at each size, after 5 warm-up steps (default 15)",
+    )  # fmt: skip
+    bs.add_argument(
+        "--start", type=_positive_int, metavar="N", help="first size (default: the job's)"
+    )
+    bs.add_argument("--report", type=Path, metavar="PATH", help="write the result (.json or .md)")
+    bs.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
+
     compare = add("compare", "compare two recorded runs: samples/s, speedup, symptoms")
     compare.add_argument("baseline", help="session id of the first run")
     compare.add_argument("treatment", help="session id of the second run (or `last`)")
@@ -166,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
             "run": cmd_run,
             "watch": cmd_watch,
             "trial": cmd_trial,
+            "tune": cmd_tune,
             "compare": cmd_compare,
             "history": cmd_history,
             "report": cmd_report,
@@ -555,6 +584,167 @@ def _trial_markdown(r: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def cmd_tune(args: argparse.Namespace) -> int:
+    """The batch-size finder: each size a fresh run under the doctor."""
+    from gpudoctor.prescribe import batch_size as finder
+    from gpudoctor.prescribe import trial as trials
+    from gpudoctor.prescribe.how import script_flag
+    from gpudoctor.prescribe.rerun import _set_flag
+    from gpudoctor.probe import ENV_OVERRIDES
+    from gpudoctor.session import LaunchError
+
+    if args.what is None:
+        raise UsageError("gpudoctor tune: say what to tune: gpudoctor tune batch-size -- CMD")
+    command = _command_of(args, "tune batch-size")
+    report_path = _report_path(args, "tune")
+    cap_bytes = None
+    if args.max_memory is not None:
+        try:
+            cap_bytes = finder.parse_size(args.max_memory)
+        except ValueError as exc:
+            raise UsageError(f"gpudoctor tune: --max-memory: {exc}") from None
+    store = _open_store(args)
+    logs = Path(store.path).parent / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    log_path = logs / time.strftime("tune-%Y%m%d-%H%M%S.log")
+    log = log_path.open("ab")
+    print(f"gpudoctor tune: the runs' output goes to {log_path}", file=sys.stderr)
+    state: dict[str, Any] = {"facts": None, "n": 0}
+
+    def job_rss(timeline: Any) -> int:
+        return sum(p.rss_bytes for p in timeline.host[-1].job) if timeline.host else 0
+
+    def try_size(size: int | None) -> Any:
+        """One run at `size` (None: the job as it is, which tells its own size)."""
+        argv, env = list(command), {}
+        facts = state["facts"]
+        if facts is not None and size is not None:
+            found = script_flag("larger-batch", facts)
+            if found is not None:
+                options = facts.get("script_options") or {}
+                option = next(o for o in options.values() if found[0] in o.get("strings", ()))
+                argv = _set_flag(argv, option["strings"], found[0], size, True)
+            else:
+                env = {ENV_OVERRIDES: json.dumps({"dataloader": {"batch_size": size}})}
+        over = {"cap": False}
+
+        def stop_if(timeline: Any) -> bool:
+            over["cap"] = cap_bytes is not None and job_rss(timeline) > cap_bytes
+            return bool(over["cap"])
+
+        state["n"] += 1
+        print(
+            f"gpudoctor tune: try {state['n']}: batch size "
+            f"{size if size is not None else 'as the job has it'} ...",
+            file=sys.stderr,
+            flush=True,
+        )
+        session, arm = trials.run_arm(
+            argv, env, args.steps, store, output=log, stop_if=stop_if, warmup_steps=0
+        )
+        timeline = session.timeline
+        assert timeline.exit is not None
+        _record_end(session, store, timeline.exit, "en")
+        if state["facts"] is None:
+            state["facts"] = timeline.merged_facts()
+        if size is None:
+            size = _job_batch_size(state["facts"])
+            if size is None:
+                raise UsageError(
+                    "gpudoctor tune: cannot tell this job's batch size (no --batch-size flag, "
+                    "no DataLoader): give the first size with --start N"
+                )
+        rate = arm.samples_per_s
+        if rate is not None and arm.batch_size is None:
+            rate *= size  # the probe saw no batch (no DataLoader): the size set is the batch
+        gpu = [g for g in timeline.gpus if any(p.pid in timeline.steps for p in g.processes)]
+        if gpu:
+            peak = max(
+                p.mem_used_bytes or 0 for g in gpu for p in g.processes if p.pid in timeline.steps
+            )
+            limit = gpu[-1].mem_total_bytes
+        else:
+            peak = max((sum(p.rss_bytes for p in h.job) for h in timeline.host), default=0)
+            limit = cap_bytes
+        if timeline.exit.ended_by == "oom":
+            t = finder.Try(size, False, "oom", None, peak or None)
+        elif over["cap"]:
+            t = finder.Try(size, False, "over memory cap", None, peak or None)
+        elif arm.failed or len(arm.walls_s) < 2:
+            t = finder.Try(size, False, f"crashed (exit code {arm.exit_code})", None, peak or None)
+        elif limit and peak > (1 - finder.SAFETY_MARGIN) * limit:
+            t = finder.Try(size, False, "over safety margin", rate, peak)
+        else:
+            t = finder.Try(size, True, "fits", rate, peak or None)
+        speed = f", {t.samples_per_s:.1f} samples/s" if t.samples_per_s else ""
+        mem = f", peak {t.peak_bytes / 2**20:.0f} MiB" if t.peak_bytes else ""
+        print(f"gpudoctor tune:   {t.reason}{speed}{mem}", file=sys.stderr, flush=True)
+        return t
+
+    try:
+        try:
+            first = try_size(args.start)
+        except LaunchError as exc:
+            print(f"gpudoctor tune: {exc}", file=sys.stderr)
+            return exc.exit_code
+        if first.reason.startswith("crashed"):  # not a memory limit: the job itself fails
+            print(f"gpudoctor tune: the job fails as it is: {first.reason}", file=sys.stderr)
+            return 1
+        start = first.batch_size
+        tries = [first]
+
+        def cached(size: int) -> Any:
+            for t in tries:
+                if t.batch_size == size:
+                    return t
+            t = try_size(size)
+            tries.append(t)
+            return t
+
+        result = finder.search(start, cached, cap=args.cap)
+    finally:
+        store.close()
+        log.close()
+    out = result.as_dict()
+    print("", file=sys.stderr)
+    print(
+        f"gpudoctor tune: largest batch size that fits: {out['largest_fitting']}; fastest: "
+        f"{out['fastest']} (stopped by {out['stopped_by']}; safety margin "
+        f"{finder.SAFETY_MARGIN:.0%} of the memory limit)",
+        file=sys.stderr,
+    )
+    if report_path is not None:
+        report = {"schema": "gpudoctor.report/1", "mode": "tune", "command": command,
+                  "batch_size": out}  # fmt: skip
+        if report_path.suffix == ".json":
+            report_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        else:
+            rows = "\n".join(
+                f"| {t['batch_size']} | {t['reason']} | {t['samples_per_s'] or ''} |"
+                for t in out["tries"]  # type: ignore[attr-defined]
+            )
+            report_path.write_text(
+                f"# gpudoctor tune batch-size\n\n- largest that fits: {out['largest_fitting']}\n"
+                f"- fastest: {out['fastest']}\n- stopped by: {out['stopped_by']}\n\n"
+                f"| batch size | result | samples/s |\n|---|---|---|\n{rows}\n",
+                encoding="utf-8",
+            )
+        print(f"gpudoctor: report written to {report_path}", file=sys.stderr)
+    return 0
+
+
+def _job_batch_size(facts: dict[str, Any]) -> int | None:
+    """The job's own batch size: its --batch-size flag, else its DataLoader's."""
+    from gpudoctor.prescribe.how import script_flag
+
+    found = script_flag("larger-batch", facts)
+    if found is not None and isinstance(found[1], int) and found[1] > 0:
+        return found[1]
+    loaders = facts.get("dataloaders") or []
+    size = loaders[0].get("batch_size") if loaders else None
+    return size if isinstance(size, int) and size > 0 else None
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from gpudoctor.prescribe import trial as trials
 
@@ -580,8 +770,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
         "treatment_shown": " ".join(runs[1].argv),
     }
     if args.format == "json":
-        import json
-
         print(json.dumps(result, indent=2))
     else:
         _print_trial(result)

@@ -157,3 +157,53 @@ def test_plan_names_the_flag_the_probe_or_says_it_cannot() -> None:
         plan(["defer-sync"], argv, facts, 8)
     with pytest.raises(NotApplicable, match="needs DataLoader workers"):
         plan(["prefetch"], argv, {"dataloaders": [{"num_workers": 0}]}, 8)
+
+
+# -- the batch-size finder -------------------------------------------------------------------
+
+
+def test_batch_size_finder_recognises_the_cuda_oom_and_bisects(tmp_path: Path) -> None:
+    report = tmp_path / "tune.json"
+    job = str(Path(__file__).parent / "jobs" / "oom_above.py")
+    proc = doctor(
+        "tune", "batch-size", "--report", str(report), "--", PY, job, "--fits-up-to", "48",
+        timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    found = json.loads(report.read_text())["batch_size"]
+    assert found["largest_fitting"] == 48
+    reasons = {t["batch_size"]: t["reason"] for t in found["tries"]}
+    assert reasons[8] == "fits" and reasons[64] == "oom" and reasons[56] == "oom"
+    assert found["stopped_by"] == "oom at batch size 64"
+    assert "largest batch size that fits: 48" in proc.stderr
+    # each try ran in a fresh process with the script's own flag set
+    assert "try 2: batch size 16" in proc.stderr
+
+
+def test_batch_size_finder_on_cpu_stops_at_the_memory_cap_or_the_plateau(tmp_path: Path) -> None:
+    report = tmp_path / "tune.json"
+    job = (PY, str(SAMPLES / "in_memory_loader.py"), "--seconds", "600", "--batch-size", "256")
+    proc = doctor(
+        "tune", "batch-size", "--max-memory", "1GiB", "--cap", "4096", "--steps", "8",
+        "--report", str(report), "--", *job, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    found = json.loads(report.read_text())["batch_size"]
+    assert found["stopped_by"] in ("throughput stopped growing", "the cap (4096)") or (
+        found["stopped_by"].startswith(("over memory cap", "over safety margin"))
+    ), found
+    fitting = [t for t in found["tries"] if t["fits"]]
+    assert fitting and all(t["peak_bytes"] <= 0.9 * 2**30 for t in fitting)
+    assert found["fastest"] in [t["batch_size"] for t in fitting]
+
+
+def test_tune_bad_input() -> None:
+    for args, words in (
+        (("batch-size", "--max-memory", "lots", "--", PY, "x.py"), "not a size"),
+        (("batch-size",), "no command given"),
+        ((), "say what to tune"),
+    ):
+        proc = doctor("tune", *args)
+        assert proc.returncode == 2, proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and words in lines[0], proc.stderr

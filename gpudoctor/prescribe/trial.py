@@ -78,10 +78,15 @@ class Arm:
         }
 
 
-def arm_of(timeline: Timeline, session_id: int | None, steps: int | None = None) -> Arm:
+def arm_of(
+    timeline: Timeline,
+    session_id: int | None,
+    steps: int | None = None,
+    warmup_steps: int = TRIAL_WARMUP_STEPS,
+) -> Arm:
     """The arm of a recorded run: its steps after warm-up (the first `steps` of them)."""
     records: Sequence[StepRecord] = timeline.main_steps()
-    skip = TRIAL_WARMUP_STEPS if len(records) > 2 * TRIAL_WARMUP_STEPS else 0
+    skip = warmup_steps if len(records) > 2 * warmup_steps else 0
     upto = skip + WARMUP_STEPS + steps if steps is not None else None
     chosen = tuple(records)[skip:upto]
     w = Window(steps=chosen, facts=timeline.merged_facts())
@@ -168,16 +173,21 @@ def run_arm(
     max_seconds: float = ARM_TIMEOUT_S,
     on_tick: Callable[[Timeline], None] | None = None,
     output: IO[Any] | None = None,
+    stop_if: Callable[[Timeline], bool] | None = None,
+    warmup_steps: int = TRIAL_WARMUP_STEPS,
 ) -> tuple[Session, Arm]:
     """One run under the doctor (headless), stopped once it has `steps` steady steps
-    (warm-up excluded), or when it ends by itself. LaunchError when it cannot start."""
+    (warm-up excluded), when `stop_if` says so, or when it ends by itself. LaunchError
+    when it cannot start."""
     session = Session(list(argv), store, interval_s=0.5, extra_env=env, output=output)
     session.start()
-    wanted = TRIAL_WARMUP_STEPS + WARMUP_STEPS + steps
+    wanted = warmup_steps + WARMUP_STEPS + steps
     started = time.monotonic()
 
     def tick(timeline: Timeline) -> None:
-        if timeline.total_steps() >= wanted:
+        if stop_if is not None and stop_if(timeline):
+            session.stop("signal")
+        elif timeline.total_steps() >= wanted:
             session.stop("steps")
         elif time.monotonic() - started > max_seconds:
             session.stop("max-seconds")
@@ -188,7 +198,7 @@ def run_arm(
         session.run(tick)
     finally:
         session.close()
-    return session, arm_of(session.timeline, session.session_id, steps)
+    return session, arm_of(session.timeline, session.session_id, steps, warmup_steps)
 
 
 __all__ = ["Arm", "LaunchError", "arm_of", "run_arm", "speedup", "verdict"]
