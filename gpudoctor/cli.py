@@ -71,6 +71,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="sampling period (default 1 s)",
     )
     run.add_argument("--lang", choices=("en", "zh"), default=None, help="language of the remedies")
+    run.add_argument(
+        "--profile-steps", type=_positive_int, metavar="N",
+        help="run torch.profiler over N steps after the warm-up; the top operators go "
+        "in the report",
+    )  # fmt: skip
+    run.add_argument(
+        "--profile-trace", type=Path, metavar="PATH",
+        help="with --profile-steps: also write the Chrome trace (can be large)",
+    )  # fmt: skip
     run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
 
     watch = add("watch", "attach to a running job (no code injected; it is never stopped)")
@@ -232,6 +241,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             "gpudoctor run: no command given (usage: gpudoctor run [OPTIONS] -- CMD [ARGS...])"
         )
     report_path = _report_path(args, "run")
+    args.profile_env = _profile_env(args)  # checked before anything starts
     lang = args.lang or default_lang()
     if not args.headless and not (sys.stdin.isatty() and sys.stdout.isatty()):
         print("gpudoctor: no terminal for the TUI: running headless.", file=sys.stderr)
@@ -242,7 +252,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     from gpudoctor.live import status_line
     from gpudoctor.session import LaunchError, Session
 
-    session = Session(command, store, interval_s=args.interval, max_seconds=args.max_seconds)
+    session = Session(
+        command,
+        store,
+        interval_s=args.interval,
+        max_seconds=args.max_seconds,
+        extra_env=args.profile_env,
+    )
     try:
         session.start()
     except LaunchError as exc:
@@ -283,6 +299,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         session.close()
         store.close()
     return _conclude(report, report_path, job_exit)
+
+
+def _profile_env(args: argparse.Namespace) -> dict[str, str]:
+    from gpudoctor.probe.profile import ENV_PROFILE_STEPS, ENV_PROFILE_TRACE
+
+    steps = getattr(args, "profile_steps", None)
+    trace = getattr(args, "profile_trace", None)
+    if trace is not None and steps is None:
+        raise UsageError("gpudoctor run: --profile-trace needs --profile-steps N")
+    if trace is not None and not trace.parent.is_dir():
+        raise UsageError(f"gpudoctor run: no such folder for --profile-trace: {trace.parent}")
+    env = {ENV_PROFILE_STEPS: str(steps)} if steps else {}
+    if trace is not None:
+        env[ENV_PROFILE_TRACE] = str(trace.resolve())
+    return env
 
 
 def _report_path(args: argparse.Namespace, name: str) -> Path | None:
@@ -344,6 +375,7 @@ def _run_tui(
         max_seconds=args.max_seconds,
         output=log,
         own_terminal=True,
+        extra_env=args.profile_env,
     )
     try:
         session.start()
@@ -956,6 +988,17 @@ def _print_findings(report: dict[str, Any]) -> None:
         print(f"      {f['evidence']}", file=out)
         for r in f["remedies"][:3]:
             print(f"      -> {r['id']}: {r['how']}", file=out)
+    profile = report.get("profile")
+    if profile:
+        unit = "self device" if profile["sort"] == "device" else "self CPU"
+        print(f"  profile of {profile['steps']} steps, top operators by {unit} time:", file=out)
+        key = (
+            "self_device_time_total_us" if profile["sort"] == "device" else "self_cpu_time_total_us"
+        )
+        for op in profile["operators"][:8]:
+            print(f"      {op[key]:>10.0f} us  {op['calls']:>6} calls  {op['name']}", file=out)
+        if profile.get("trace"):
+            print(f"      trace: {profile['trace']}", file=out)
     for note in report["notes"]:
         print(f"  note: {note}", file=out)
 

@@ -86,6 +86,7 @@ def build(timeline: Timeline, session_id: int | None, lang: str = "en") -> dict[
             "dropped": sum(timeline.probe_dropped.values()),
             "bad_messages": timeline.bad_messages,
         },
+        "profile": facts.get("profile"),  # torch.profiler's top operators, when asked
         "notes": _notes(timeline, window),
     }
 
@@ -231,6 +232,12 @@ def _notes(timeline: Timeline, w: Window) -> list[str]:
         notes.append(
             f"{timeline.bad_messages} malformed messages on the probe socket were ignored."
         )
+    profile = timeline.merged_facts().get("profile")
+    if profile:
+        notes.append(
+            f"{profile.get('steps')} steps ran under torch.profiler (slower, and the table "
+            "was built in the job at the end): they are part of the step measures."
+        )
     if timeline.exit is None:
         notes.append("The doctor stopped before the job ended: the record ends there.")
     return notes
@@ -313,6 +320,16 @@ def to_markdown(report: dict[str, Any]) -> str:
         lines.append(f"   {f['evidence']}")
         for r in f["remedies"]:
             lines.append(f"   - `{r['id']}` {r['title']} [guide: {r['guide']}]: {r['how']}")
+    profile = report.get("profile")
+    if profile:
+        unit = "self device" if profile["sort"] == "device" else "self CPU"
+        lines += ["", f"## Profile ({profile['steps']} steps, top operators by {unit} time)", ""]
+        lines += ["| operator | calls | self CPU us | self device us |", "|---|---|---|---|"]
+        for op in profile["operators"]:
+            lines.append(
+                f"| `{op['name']}` | {op['calls']} | {op['self_cpu_time_total_us']} | "
+                f"{op['self_device_time_total_us']} |"
+            )
     if report["notes"]:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in report["notes"]]
     return "\n".join(lines) + "\n"

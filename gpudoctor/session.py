@@ -22,6 +22,7 @@ from typing import IO, Any
 
 from gpudoctor.model import EndedBy, GpuSample, JobExit
 from gpudoctor.probe import ENV_SOCKET
+from gpudoctor.probe.profile import ENV_CONTROL
 from gpudoctor.processes import ProcessLister
 from gpudoctor.sources.host import HostReader
 from gpudoctor.sources.nvml import NvmlReader
@@ -149,6 +150,8 @@ class Session(Recorder):
         self.proc: subprocess.Popen[bytes] | None = None
         self._dir = tempfile.mkdtemp(prefix="gpudoctor-")
         self.server = ProbeServer(os.path.join(self._dir, "probe.sock"))
+        # the probe looks here for requests (a profiler capture): see probe/profile.py
+        self.control_path = os.path.join(self._dir, "control")
         self._stop_started: float | None = None
         self._stop_reason: EndedBy | None = None
         self._escalation = 0
@@ -163,7 +166,11 @@ class Session(Recorder):
         try:
             self.proc = subprocess.Popen(
                 self.command,
-                env={**probe_env(self.server.path), **self.extra_env},
+                env={
+                    **probe_env(self.server.path),
+                    ENV_CONTROL: self.control_path,
+                    **self.extra_env,
+                },
                 stdin=subprocess.DEVNULL if self.own_terminal else None,
                 stdout=self.output,
                 stderr=self.output,
@@ -249,6 +256,13 @@ class Session(Recorder):
         if self.proc is not None and self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.send_signal(sig)
+
+    def request_profile(self, steps: int) -> None:
+        """Ask the probe for torch.profiler over the next `steps` steps (thread-safe)."""
+        tmp = self.control_path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(str(steps))
+        os.replace(tmp, self.control_path)
 
     def _escalate(self) -> None:
         if self._stop_started is None or self._escalation >= len(STOP_ESCALATION_S):

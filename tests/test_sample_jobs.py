@@ -3,6 +3,7 @@ its finding is the top one in its report."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -55,3 +56,19 @@ def test_input_bound_remedy_uses_the_scripts_own_flag(tmp_path: Path) -> None:
     assert "--num-workers" in top["remedies"][0]["how"]
     assert report["facts"]["dataloaders"][0]["num_workers"] == 0
     assert report["facts"]["script_options"]["--num-workers"]["value"] == 0
+
+
+def test_profile_steps_puts_the_top_operators_in_the_report(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.json"
+    _, report = run_job(
+        tmp_path, SAMPLES / "healthy.py", "--steps", "40",
+        doctor_args=("--profile-steps", "5", "--profile-trace", str(trace)),
+    )  # fmt: skip
+    profile = report["profile"]
+    assert profile["steps"] == 5 and profile["sort"] == "cpu"
+    names = [op["name"] for op in profile["operators"]]
+    assert any(n in ("aten::addmm", "aten::mm") for n in names), names
+    assert json.loads(trace.read_text())["traceEvents"]  # written because it was asked
+    # without --profile-steps there is no profile, and no trace
+    _, plain = run_job(tmp_path, SAMPLES / "healthy.py", "--steps", "20")
+    assert plain["profile"] is None

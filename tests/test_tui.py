@@ -244,3 +244,34 @@ def test_home_run_prompt_rejects_unbalanced_quotes_and_esc_cancels() -> None:
             assert app.return_value is None
 
     asyncio.run(drive())
+
+
+def test_p_profiles_the_next_steps_of_the_live_job(tmp_path: Path) -> None:
+    from gpudoctor.tui.screens import ProfileScreen
+
+    session, log_path, log = start_live(tmp_path, "--steps", "100000")
+    app = make_live_app(session, log_path, "en")
+
+    async def drive() -> None:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_for(
+                pilot, lambda: app.snapshot is not None and app.snapshot.steps_total > 10
+            )
+            await pilot.press("p")
+            await wait_for(pilot, lambda: isinstance(app.screen, ProfileScreen))
+            table = app.screen.query_one("#profile-table", Static)
+
+            def shown() -> bool:
+                return "top operators by self CPU time" in str(table.content)
+
+            await wait_for(pilot, shown, timeout=60)
+            assert "aten::" in str(table.content)
+            await pilot.press("escape")
+            await pilot.press("q")
+            await wait_for(pilot, lambda: isinstance(app.screen, QuitScreen))
+            await pilot.press("s")
+            await wait_for(pilot, lambda: not app.is_running, timeout=60)
+
+    asyncio.run(drive())
+    log.close()
+    session.close()

@@ -21,6 +21,7 @@ from typing import Any
 
 from . import ENV_OVERRIDES, ENV_SOCKET, protocol
 from .channel import Channel
+from .profile import Profiling
 from .steps import StepClock
 
 FLUSH_INTERVAL_S = 0.25
@@ -60,6 +61,7 @@ class Probe:
         self.socket_path = socket_path
         self.active = True
         self.overrides = read_overrides()
+        self.profiling = Profiling()
         self.torch: Any = None
         self.lock = threading.Lock()
         # The hooks a counted step does without (see steps.py, sampling): each part is

@@ -451,8 +451,11 @@ def _hook_optimizer(probe: Probe, torch: Any) -> None:
             clock.optimizer_done(probe.opt_t0, t1, lead)
             if lead:
                 probe.optimizer_steps += 1
+                profiling = probe.profiling
+                if profiling.control or profiling.pending or profiling.running:
+                    profiling.step_ended(probe, t1, probe.optimizer_steps)
                 probe.countdown, probe.deadline = clock.plan_next(t1)
-                if probe.countdown > 0:
+                if probe.countdown > 0 and not profiling.running:
                     probe.measure_next_step(False)
             if probe.flusher is None:
                 probe.touch()

@@ -18,7 +18,13 @@ from gpudoctor.model import JobExit
 from gpudoctor.snapshot import Snapshot, take, timeline_span
 from gpudoctor.timeline import Timeline
 from gpudoctor.tui.messages import JobExited, SessionFailed, SnapshotReady
-from gpudoctor.tui.screens import FindingScreen, HelpScreen, OutputScreen, QuitScreen
+from gpudoctor.tui.screens import (
+    FindingScreen,
+    HelpScreen,
+    OutputScreen,
+    ProfileScreen,
+    QuitScreen,
+)
 from gpudoctor.tui.widgets import FindingsPanel, GpuPanel, HostPanel, JobPanel, OutputPanel
 
 REPLAY_STEP_S = 5.0
@@ -109,6 +115,9 @@ class DoctorApp(App[JobExit | None]):
 class LiveApp(DoctorApp):
     """A job launched under the doctor: the session loop runs in a thread worker."""
 
+    BINDINGS = [Binding("p", "profile", "Profile")]
+    PROFILE_STEPS = 20
+
     def __init__(self, session: Any, output_path: Path | None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.session = session
@@ -157,6 +166,15 @@ class LiveApp(DoctorApp):
         if e.ended_by == "detached":
             return "was left running"
         return f"ended ({e.ended_by}, exit code {e.exit_code})"
+
+    def action_profile(self) -> None:
+        request = getattr(self.session, "request_profile", None)
+        if request is None or self.job_exit is not None:
+            self.notify("a profile needs a job launched by the doctor, still running")
+            return
+        before = (self.snapshot.facts.get("profile") or {}) if self.snapshot else {}
+        request(self.PROFILE_STEPS)
+        self.push_screen(ProfileScreen(self.PROFILE_STEPS, int(before.get("capture", 0))))
 
     def status_words(self, s: Snapshot) -> str:
         if s.mode == "watch":

@@ -78,6 +78,7 @@ Keys
   ?               this help
   ctrl+p          the command palette
   o               the job's output, full screen
+  p               torch.profiler over the next 20 steps: the top operators
   q, ctrl+c       quit (asks whether to stop the job or leave it running;
                   a watched job is always left running)
   replay only:    left/right 5 s, pgup/pgdn 60 s, home/end
@@ -104,6 +105,56 @@ class OutputScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.query_one(VerticalScroll).scroll_end(animate=False)
+
+
+class ProfileScreen(Screen[None]):
+    """torch.profiler's top operators over a few steps of the live job (asked with `p`)."""
+
+    BINDINGS = [Binding("escape,q,p", "app.pop_screen", "Back")]
+
+    def __init__(self, steps: int, after_capture: int = 0) -> None:
+        super().__init__()
+        self.steps = steps
+        self.after_capture = after_capture  # shows the first capture newer than this
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="output-full"):
+            yield Static(
+                Text(f"capturing {self.steps} steps with torch.profiler…", "dim"),
+                id="profile-table",
+            )
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.set_interval(0.5, self.refresh_table)
+
+    def refresh_table(self) -> None:
+        snapshot = getattr(self.app, "snapshot", None)
+        facts = snapshot.facts if snapshot is not None else {}
+        profile = facts.get("profile")
+        status = facts.get("profile_status") or {}
+        if not profile or status.get("state") == "running":
+            return
+        if int(profile.get("capture", 0)) <= self.after_capture:
+            return
+        self.query_one("#profile-table", Static).update(profile_text(profile))
+
+
+def profile_text(profile: dict[str, Any]) -> Text:
+    device = profile.get("sort") == "device"
+    key = "self_device_time_total_us" if device else "self_cpu_time_total_us"
+    text = Text()
+    text.append(
+        f"torch.profiler over {profile.get('steps')} steps: top operators by "
+        f"{'self device' if device else 'self CPU'} time\n\n",
+        "bold",
+    )
+    text.append(f"{'self us':>12}  {'calls':>7}  operator\n", "bold")
+    for op in profile.get("operators", []):
+        text.append(f"{op[key]:>12,.0f}  {op['calls']:>7}  {op['name']}\n")
+    if profile.get("trace"):
+        text.append(f"\ntrace: {profile['trace']}", "dim")
+    return text
 
 
 class HelpScreen(ModalScreen[None]):

@@ -1,0 +1,126 @@
+"""torch.profiler over a few training steps, when asked (never otherwise: it costs
+~230 us a step, DESIGN.md section 7).
+
+Asked at launch (`gpudoctor run --profile-steps N`: env GPUDOCTOR_PROFILE_STEPS, after
+the warm-up) or later (the TUI's `p`: the doctor writes N into the file named by
+GPUDOCTOR_CONTROL, which the probe looks for at most twice a second, on a step measured
+in detail). The result is the guide's `key_averages()` table, top operators by device
+time (CPU time on a CPU job), sent as the fact "profile"; a Chrome trace is written only
+when GPUDOCTOR_PROFILE_TRACE names a file.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+ENV_PROFILE_STEPS = "GPUDOCTOR_PROFILE_STEPS"
+ENV_PROFILE_TRACE = "GPUDOCTOR_PROFILE_TRACE"
+ENV_CONTROL = "GPUDOCTOR_CONTROL"
+START_AFTER_STEPS = 5  # warm-up, as the doctor's diagnosis counts it
+CONTROL_EVERY_NS = 500_000_000
+TOP_OPERATORS = 15
+
+
+class Profiling:
+    """The probe's profiling state; `step_ended()` is called at each lead optimizer step
+    measured in detail (all steps while a capture runs)."""
+
+    def __init__(self) -> None:
+        self.pending = _int(os.environ.get(ENV_PROFILE_STEPS))
+        self.trace = os.environ.get(ENV_PROFILE_TRACE) or None
+        self.control = os.environ.get(ENV_CONTROL) or None
+        self.next_check_ns = 0
+        self.profiler: Any = None
+        self.left = 0
+        self.captures = 0
+
+    @property
+    def running(self) -> bool:
+        return self.profiler is not None
+
+    def step_ended(self, probe: Any, t_ns: int, steps_done: int) -> None:
+        if self.profiler is not None:
+            self.left -= 1
+            if self.left <= 0:
+                self._finish(probe)
+            return
+        if self.control is not None and t_ns >= self.next_check_ns:
+            self.next_check_ns = t_ns + CONTROL_EVERY_NS
+            self._read_control()
+        if self.pending and steps_done >= START_AFTER_STEPS:
+            self._start(probe, self.pending)
+            self.pending = None
+
+    def _read_control(self) -> None:
+        assert self.control is not None
+        try:
+            with open(self.control) as f:
+                text = f.read()
+            os.unlink(self.control)
+        except OSError:
+            return
+        self.pending = _int(text.strip()) or self.pending
+
+    def _start(self, probe: Any, steps: int) -> None:
+        torch = probe.torch
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if probe.device_type == "cuda":
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        profiler = torch.profiler.profile(activities=activities)
+        profiler.__enter__()
+        self.profiler = profiler
+        self.left = steps
+        probe.fact("profile_status", {"state": "running", "steps": steps})
+
+    def _finish(self, probe: Any) -> None:
+        profiler, self.profiler = self.profiler, None
+        profiler.__exit__(None, None, None)
+        self.captures += 1
+        table = summarize(profiler.key_averages())
+        steps = probe.facts.get("profile_status", {}).get("steps")
+        result = {"capture": self.captures, "steps": steps, **table}
+        if self.trace:
+            profiler.export_chrome_trace(self.trace)
+            result["trace"] = self.trace
+        probe.fact("profile", result)
+        probe.fact("profile_status", {"state": "done", "steps": steps})
+
+
+def summarize(averages: Any) -> dict[str, Any]:
+    """Top operators of `key_averages()`: by self device time when any ran on a device,
+    else by self CPU time (the guide's table, sorted as its examples are)."""
+    rows: list[dict[str, Any]] = []
+    for evt in averages:
+        device_total = _num(evt, "device_time_total", "cuda_time_total")
+        self_device = _num(evt, "self_device_time_total", "self_cuda_time_total")
+        rows.append(
+            {
+                "name": str(evt.key),
+                "calls": int(evt.count),
+                "cpu_time_total_us": round(float(evt.cpu_time_total), 1),
+                "self_cpu_time_total_us": round(float(evt.self_cpu_time_total), 1),
+                "device_time_total_us": round(device_total, 1),
+                "self_device_time_total_us": round(self_device, 1),
+            }
+        )
+    on_device = any(r["self_device_time_total_us"] for r in rows)
+    key = "self_device_time_total_us" if on_device else "self_cpu_time_total_us"
+    rows.sort(key=lambda r: -float(r[key]))
+    return {"sort": "device" if on_device else "cpu", "operators": rows[:TOP_OPERATORS]}
+
+
+def _num(evt: Any, *names: str) -> float:
+    for name in names:
+        value = getattr(evt, name, None)
+        if value is not None:
+            return float(value)
+    return 0.0
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        value = int(text) if text else None
+    except ValueError:
+        return None
+    return value if value and value > 0 else None
