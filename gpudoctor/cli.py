@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import locale
+import math
 import os
 import signal
 import sys
@@ -408,7 +409,20 @@ def _run_tui(
     notes = [f"the job's output is in {log_path}"]
     if job_exit.ended_by == "detached" and session.proc is not None:
         notes.append(f"the job (pid {session.proc.pid}) was left running")
-    return _conclude(report, report_path, job_exit, tuple(notes))
+    code = _conclude(report, report_path, job_exit, tuple(notes))
+    if app.trial_request is not None:
+        return _trial_from_tui(args, command, app.trial_request)
+    return code
+
+
+def _trial_from_tui(args: argparse.Namespace, command: list[str], remedy: str) -> int:
+    """`t` on a finding's screen: the trial of its first remedy, as `gpudoctor trial`."""
+    print(f"gpudoctor: trial of {remedy} on {' '.join(command)}", file=sys.stderr)
+    trial_args = argparse.Namespace(
+        cmd=list(command), apply=[remedy], steps=100, repeat=2, report=None,
+        lang=getattr(args, "lang", None), store=args.store,
+    )  # fmt: skip
+    return cmd_trial(trial_args)
 
 
 # -- trial and compare ----------------------------------------------------------------------
@@ -618,6 +632,7 @@ def _trial_markdown(r: dict[str, Any]) -> str:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     """The batch-size finder: each size a fresh run under the doctor."""
+    from gpudoctor import display
     from gpudoctor.prescribe import batch_size as finder
     from gpudoctor.prescribe import trial as trials
     from gpudoctor.prescribe.how import script_flag
@@ -665,8 +680,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
             return bool(over["cap"])
 
         state["n"] += 1
+        # at most: doublings from the job's size to the cap, then a few bisections
+        start = size or 1
+        most = max(state["n"], math.ceil(math.log2(max(2, args.cap / start))) + 4)
+        progress = display.bar(state["n"] / most, 12)
         print(
-            f"gpudoctor tune: try {state['n']}: batch size "
+            f"gpudoctor tune: [{progress}] try {state['n']} (at most ~{most}): batch size "
             f"{size if size is not None else 'as the job has it'} ...",
             file=sys.stderr,
             flush=True,
@@ -1067,7 +1086,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise UsageError("gpudoctor replay: needs a terminal (for a text report: gpudoctor report)")
     from gpudoctor.tui.app import make_replay_app
 
-    make_replay_app(timeline, session_id, args.lang or default_lang()).run()
+    app = make_replay_app(timeline, session_id, args.lang or default_lang())
+    app.run()
+    if app.trial_request is not None:
+        return _trial_from_tui(args, list(timeline.command), app.trial_request)
     return 0
 
 

@@ -177,7 +177,7 @@ def test_batch_size_finder_recognises_the_cuda_oom_and_bisects(tmp_path: Path) -
     assert found["stopped_by"] == "oom at batch size 64"
     assert "largest batch size that fits: 48" in proc.stderr
     # each try ran in a fresh process with the script's own flag set
-    assert "try 2: batch size 16" in proc.stderr
+    assert "try 2 (at most ~" in proc.stderr and "): batch size 16" in proc.stderr
 
 
 def test_batch_size_finder_on_cpu_stops_at_the_memory_cap_or_the_plateau(tmp_path: Path) -> None:

@@ -275,3 +275,19 @@ def test_p_profiles_the_next_steps_of_the_live_job(tmp_path: Path) -> None:
     asyncio.run(drive())
     log.close()
     session.close()
+
+
+def test_t_on_a_finding_asks_for_the_trial_of_its_first_remedy() -> None:
+    app = make_replay_app(load_recorded_session("dataloader_bound"), 7, "en")
+
+    async def drive() -> None:
+        async with app.run_test(size=(100, 30)) as pilot:
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: isinstance(app.screen, FindingScreen))
+            assert isinstance(app.screen, FindingScreen)
+            first = app.screen.finding.remedies[0]
+            await pilot.press("t")
+            await wait_for(pilot, lambda: not app.is_running)
+            assert app.trial_request == first == "more-workers"
+
+    asyncio.run(drive())

@@ -48,6 +48,13 @@ class DoctorApp(App[JobExit | None]):
         self.lang = lang
         self.snapshot: Snapshot | None = None
         self.job_exit: JobExit | None = None
+        # `t` on a finding's screen: the remedy to trial once the app has closed (the
+        # command line runs `gpudoctor trial --apply REMEDY` over the same command)
+        self.trial_request: str | None = None
+
+    def request_trial(self, remedy: str) -> None:
+        self.trial_request = remedy
+        self.exit(self.job_exit)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -166,6 +173,13 @@ class LiveApp(DoctorApp):
         if e.ended_by == "detached":
             return "was left running"
         return f"ended ({e.ended_by}, exit code {e.exit_code})"
+
+    def request_trial(self, remedy: str) -> None:
+        if self.job_exit is None:
+            # a trial needs the machine to itself: not while this job still runs
+            self.notify("the job is still running: stop it (q, s) or let it end, then t")
+            return
+        super().request_trial(remedy)
 
     def action_profile(self) -> None:
         request = getattr(self.session, "request_profile", None)

@@ -21,7 +21,14 @@ class FindingScreen(Screen[None]):
     """One finding: its evidence, and each remedy with its guide section, snippet and
     how a rerun would apply it."""
 
-    BINDINGS = [Binding("escape,q,backspace", "app.pop_screen", "Back")]
+    BINDINGS = [
+        Binding("escape,q,backspace", "app.pop_screen", "Back"),
+        Binding("t", "trial", "Trial: rerun with remedy 1"),
+    ]
+
+    def action_trial(self) -> None:
+        if self.finding.remedies:
+            self.app.request_trial(self.finding.remedies[0])  # type: ignore[attr-defined]
 
     def __init__(self, finding: Finding, facts: dict[str, Any], cores: int, lang: str) -> None:
         super().__init__()
@@ -74,7 +81,8 @@ gpudoctor: the dashboard of a training run
 
 Keys
   up/down, tab    move between findings and panels
-  enter           open the highlighted finding
+  enter           open the highlighted finding; there, t closes the app and runs
+                  the trial of its first remedy (gpudoctor trial --apply REMEDY)
   ?               this help
   ctrl+p          the command palette
   o               the job's output, full screen

@@ -14,13 +14,21 @@ from gpudoctor.snapshot import Snapshot
 
 
 class Panel(Static):
-    snapshot: reactive[Snapshot | None] = reactive(None, layout=True)
+    # Each tick repaints the panel; the screen is laid out again only when its number of
+    # lines changed (a layout per panel per tick cost about a third of the app's CPU).
+    snapshot: reactive[Snapshot | None] = reactive(None)
+    _lines = -1
 
     def watch_snapshot(self, snapshot: Snapshot | None) -> None:
-        self.update(self.render_snapshot(snapshot) if snapshot is not None else "waiting…")
+        content = self.render_snapshot(snapshot) if snapshot is not None else Text("waiting…")
+        width = max(1, self.content_region.width or 80)
+        lines = sum(max(1, -(-len(line) // width)) for line in content.plain.split("\n"))
+        self.update(content, layout=lines != self._lines)
+        self._lines = lines
 
     def on_resize(self) -> None:
         """The layout depends on the room: render again at the new size."""
+        self._lines = -1
         self.watch_snapshot(self.snapshot)
 
     def render_snapshot(self, s: Snapshot) -> Text:
