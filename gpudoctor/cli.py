@@ -655,8 +655,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
     logs.mkdir(parents=True, exist_ok=True)
     log_path = logs / time.strftime("tune-%Y%m%d-%H%M%S.log")
     log = log_path.open("ab")
-    print(f"gpudoctor tune: the runs' output goes to {log_path}", file=sys.stderr)
     state: dict[str, Any] = {"facts": None, "n": 0}
+
+    def say(line: str, fraction: float | None = None) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    show = {"say": say}  # the TUI puts its own in (a progress bar, a table of tries)
 
     def job_rss(timeline: Any) -> int:
         return sum(p.rss_bytes for p in timeline.host[-1].job) if timeline.host else 0
@@ -684,11 +688,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
         start = size or 1
         most = max(state["n"], math.ceil(math.log2(max(2, args.cap / start))) + 4)
         progress = display.bar(state["n"] / most, 12)
-        print(
+        show["say"](
             f"gpudoctor tune: [{progress}] try {state['n']} (at most ~{most}): batch size "
             f"{size if size is not None else 'as the job has it'} ...",
-            file=sys.stderr,
-            flush=True,
+            state["n"] / most,
         )
         session, arm = trials.run_arm(
             argv, env, args.steps, store, output=log, stop_if=stop_if, warmup_steps=0
@@ -729,19 +732,19 @@ def cmd_tune(args: argparse.Namespace) -> int:
             t = finder.Try(size, True, "fits", rate, peak or None)
         speed = f", {t.samples_per_s:.1f} samples/s" if t.samples_per_s else ""
         mem = f", peak {t.peak_bytes / 2**20:.0f} MiB" if t.peak_bytes else ""
-        print(f"gpudoctor tune:   {t.reason}{speed}{mem}", file=sys.stderr, flush=True)
+        show["say"](f"gpudoctor tune:   {t.reason}{speed}{mem}", None)
         return t
 
-    try:
+    def search() -> Any:
+        """The finder's result, or an exit code (the job could not run as it is)."""
         try:
             first = try_size(args.start)
         except LaunchError as exc:
-            print(f"gpudoctor tune: {exc}", file=sys.stderr)
+            show["say"](f"gpudoctor tune: {exc}", None)
             return exc.exit_code
         if first.reason.startswith("crashed"):  # not a memory limit: the job itself fails
-            print(f"gpudoctor tune: the job fails as it is: {first.reason}", file=sys.stderr)
+            show["say"](f"gpudoctor tune: the job fails as it is: {first.reason}", None)
             return 1
-        start = first.batch_size
         tries = [first]
 
         def cached(size: int) -> Any:
@@ -752,10 +755,21 @@ def cmd_tune(args: argparse.Namespace) -> int:
             tries.append(t)
             return t
 
-        result = finder.search(start, cached, cap=args.cap)
+        return finder.search(first.batch_size, cached, cap=args.cap)
+
+    say(f"gpudoctor tune: the runs' output goes to {log_path}")
+    try:
+        if sys.stdin.isatty() and sys.stdout.isatty():
+            from gpudoctor.tui.tune import run_tune_app
+
+            result = run_tune_app(search, show, " ".join(command))
+        else:
+            result = search()
     finally:
         store.close()
         log.close()
+    if isinstance(result, int):
+        return result
     out = result.as_dict()
     print("", file=sys.stderr)
     print(
@@ -772,7 +786,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         else:
             rows = "\n".join(
                 f"| {t['batch_size']} | {t['reason']} | {t['samples_per_s'] or ''} |"
-                for t in out["tries"]  # type: ignore[attr-defined]
+                for t in out["tries"]
             )
             report_path.write_text(
                 f"# gpudoctor tune batch-size\n\n- largest that fits: {out['largest_fitting']}\n"

@@ -177,3 +177,23 @@ def test_when_the_doctor_itself_fails_the_terminal_is_restored_and_the_job_goes_
         subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
         subprocess.run(["pkill", "-f", f"healthy.py --steps 100000 --seed {marker}"])
         subprocess.run(["umount", "-l", str(tiny)], capture_output=True)
+
+
+def test_tune_on_a_terminal_shows_progress_and_the_result(tmp_path: Path) -> None:
+    name = f"gpudoctor-tune-{tmp_path.name}"
+    job = f"{PY} {ROOT / 'tests' / 'jobs' / 'oom_above.py'} --fits-up-to 48"
+    done = run_in_tmux(
+        tmp_path,
+        name,
+        f"GPUDOCTOR_STORE={tmp_path / 's.db'} {PY} -m gpudoctor tune batch-size -- {job}",
+    )
+    try:
+        wait_screen(name, "tune batch-size", "try 1", timeout=30)  # the app, with its bar
+        text = wait_screen(name, "largest that fits: 48", timeout=240)
+        assert "oom" in text
+        tmux("send-keys", "-t", name, "q")
+        text = wait_screen(name, "SHELL-IS-BACK", timeout=30)
+        assert done.read_text().strip() == "EXIT=0"
+        assert "largest batch size that fits: 48" in text  # the summary after the app
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
