@@ -544,8 +544,9 @@ def cmd_trial(args: argparse.Namespace) -> int:
             "steps_per_run": args.steps,
             "repeat": args.repeat,
             "method": (
-                "moving-block bootstrap over the steady steps (blocks of a quarter run), "
-                "2000 rounds; the first 25 steps of each run are warm-up"
+                "moving-block bootstrap over the steady steps (blocks of a quarter run, "
+                "runs resampled), 2000 rounds, widened by the spread between runs when "
+                "repeated; the first 25 steps of each run are warm-up"
             ),
         }
         if last is not None and last.session_id is not None:

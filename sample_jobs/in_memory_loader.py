@@ -11,18 +11,31 @@ import time
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, Dataset
 
 from _common import mlp, parser
+
+
+class Batches(Dataset[tuple[torch.Tensor, torch.Tensor]]):
+    """Batches cut from tensors in memory: taking one is a slice (a view, no copy)."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, batch_size: int) -> None:
+        self.x, self.y, self.batch_size = x, y, batch_size
+
+    def __len__(self) -> int:
+        return len(self.x) // self.batch_size
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        rows = slice(i * self.batch_size, (i + 1) * self.batch_size)
+        return self.x[rows], self.y[rows]
 
 
 def main() -> None:
     args = parser(__doc__.splitlines()[0], steps=200, batch_size=128).parse_args()
     torch.manual_seed(args.seed)
-    data = TensorDataset(torch.randn(16384, 512), torch.randint(0, 10, (16384,)))
-    loader = DataLoader(
-        data, batch_size=args.batch_size, shuffle=True, num_workers=args.num_workers
-    )
+    data = Batches(torch.randn(16384, 512), torch.randint(0, 10, (16384,)), args.batch_size)
+    # batch_size=None: the dataset yields whole batches
+    loader = DataLoader(data, batch_size=None, shuffle=True, num_workers=args.num_workers)
     model = mlp(512, 1024, 10, depth=3)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     criterion = nn.CrossEntropyLoss()
