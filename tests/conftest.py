@@ -66,6 +66,17 @@ def load_recorded_session(name: str) -> Timeline:
     return timeline
 
 
+async def wait_for(pilot: Any, condition: Any, timeout: float = 60.0) -> None:
+    """Pause a Textual app under Pilot until `condition()` holds (a condition, not a sleep)."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        assert loop.time() < deadline, "condition not met in time"
+        await pilot.pause(0.1)
+
+
 def env_without_probe() -> dict[str, str]:
     env = dict(os.environ)
     env.pop("GPUDOCTOR_SOCKET", None)

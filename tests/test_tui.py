@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from conftest import PY, SAMPLES, doctor, load_recorded_session
+from conftest import PY, SAMPLES, doctor, load_recorded_session, wait_for
 from rich.console import Console
 from textual.widgets import DataTable, Static
 
@@ -27,15 +27,6 @@ def text_of(widget: Any) -> str:
     console = Console(width=max(20, widget.size.width), file=io.StringIO(), record=True)
     console.print(widget.content)
     return console.export_text()
-
-
-async def wait_for(pilot: Any, condition: Any, timeout: float = 60.0) -> None:
-    """Pause the app until `condition()` holds (an explicit condition, not a sleep)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        assert loop.time() < deadline, "condition not met in time"
-        await pilot.pause(0.1)
 
 
 def test_replay_of_a_gpu_session_shows_the_gpu_row_and_opens_a_finding() -> None:

@@ -14,10 +14,9 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from conftest import PY, ROOT, SAMPLES, doctor, env_without_probe, finding_ids
+from conftest import PY, ROOT, SAMPLES, doctor, env_without_probe, finding_ids, wait_for
 from nvml_replay import ReplayNvml
 
 from gpudoctor.diagnosis.window import Window, stack_steps_per_s
@@ -354,11 +353,3 @@ def test_tui_watch_shows_the_estimates_and_q_leaves_the_job_running(
     time.sleep(0.5)
     assert proc.poll() is None
     store.close()
-
-
-async def wait_for(pilot: Any, condition: Any, timeout: float = 60.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        assert loop.time() < deadline, "condition not met in time"
-        await pilot.pause(0.1)

@@ -18,9 +18,13 @@ class Panel(Static):
     # lines changed (a layout per panel per tick cost about a third of the app's CPU).
     snapshot: reactive[Snapshot | None] = reactive(None)
     _lines = -1
+    _shown: Text | None = None
 
     def watch_snapshot(self, snapshot: Snapshot | None) -> None:
         content = self.render_snapshot(snapshot) if snapshot is not None else Text("waiting…")
+        if content == self._shown and self._lines >= 0:
+            return  # the same text (a CPU-only GPU panel, a quiet output): no repaint
+        self._shown = content
         width = max(1, self.content_region.width or 80)
         lines = sum(max(1, -(-len(line) // width)) for line in content.plain.split("\n"))
         self.update(content, layout=lines != self._lines)
