@@ -234,13 +234,7 @@ def _open_store(args: argparse.Namespace) -> Any:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    command = list(args.cmd)
-    if command and command[0] == "--":
-        command = command[1:]
-    if not command:
-        raise UsageError(
-            "gpudoctor run: no command given (usage: gpudoctor run [OPTIONS] -- CMD [ARGS...])"
-        )
+    command = _command_of(args, "run")
     report_path = _report_path(args, "run")
     args.profile_env = _profile_env(args)  # checked before anything starts
     lang = args.lang or default_lang()
@@ -327,6 +321,18 @@ def _report_path(args: argparse.Namespace, name: str) -> Path | None:
     return path
 
 
+def _open_log(store: Any, prefix: str, name: str) -> tuple[Path, Any]:
+    """A new log file in the `logs` folder beside the store (the jobs' own output)."""
+    logs = Path(store.path).parent / "logs"
+    try:
+        logs.mkdir(parents=True, exist_ok=True)
+        path = logs / time.strftime(f"{prefix}-%Y%m%d-%H%M%S.log")
+        return path, path.open("ab")
+    except OSError as exc:
+        store.close()
+        raise UsageError(f"gpudoctor {name}: cannot write the job's log in {logs}: {exc}") from None
+
+
 def _record_end(session: Any, store: Any, job_exit: JobExit, lang: str) -> dict[str, Any]:
     """The run's report, and the session marked as ended with it in the store."""
     from gpudoctor import report as reports
@@ -361,14 +367,7 @@ def _run_tui(
     from gpudoctor.session import LaunchError, Session
     from gpudoctor.tui.app import make_live_app
 
-    logs = Path(store.path).parent / "logs"
-    try:
-        logs.mkdir(parents=True, exist_ok=True)
-        log_path = logs / time.strftime("job-%Y%m%d-%H%M%S.log")
-        log = log_path.open("ab")
-    except OSError as exc:
-        store.close()
-        raise UsageError(f"gpudoctor run: cannot write the job's log in {logs}: {exc}") from None
+    log_path, log = _open_log(store, "job", "run")
     session = Session(
         command,
         store,
@@ -450,14 +449,7 @@ def cmd_trial(args: argparse.Namespace) -> int:
     store = _open_store(args)
     arms: dict[str, list[Any]] = {"baseline": [], "treatment": []}
     # the runs' own output (and the KeyboardInterrupt that ends them) goes to a log
-    logs = Path(store.path).parent / "logs"
-    try:
-        logs.mkdir(parents=True, exist_ok=True)
-        log_path = logs / time.strftime("trial-%Y%m%d-%H%M%S.log")
-        log = log_path.open("ab")
-    except OSError as exc:
-        store.close()
-        raise UsageError(f"gpudoctor trial: cannot write the runs' log in {logs}: {exc}") from None
+    log_path, log = _open_log(store, "trial", "trial")
     print(f"gpudoctor trial: the runs' output goes to {log_path}", file=sys.stderr)
 
     def run(side: str, argv: list[str], env: dict[str, str]) -> Any:
@@ -529,14 +521,8 @@ def cmd_trial(args: argparse.Namespace) -> int:
                 last = run("treatment", list(treatment.argv), treatment.env)
             else:
                 run("baseline", command, {})
-        point, ci = trials.speedup(arms["baseline"], arms["treatment"])
-        outcome = trials.verdict(point, ci, arms["treatment"])
         result = {
-            "baseline": _pooled(arms["baseline"]),
-            "treatment": _pooled(arms["treatment"]),
-            "speedup": round(point, 4),
-            "ci95": [round(ci[0], 4), round(ci[1], 4)],
-            "verdict": outcome,
+            **_comparison(arms["baseline"], arms["treatment"]),
             "applied": [c.as_dict() for c in treatment.applied],
             "commands": {"baseline": command, "treatment": list(treatment.argv)},
             "treatment_env": treatment.env,
@@ -573,6 +559,20 @@ def _command_of(args: argparse.Namespace, name: str) -> list[str]:
             f"gpudoctor {name}: no command given (usage: gpudoctor {name} [OPTIONS] -- CMD [ARGS...])"
         )
     return command
+
+
+def _comparison(baseline: list[Any], treatment: list[Any]) -> dict[str, Any]:
+    """Each side pooled, the speedup, its 95% interval and the verdict (trial, compare)."""
+    from gpudoctor.prescribe import trial as trials
+
+    point, ci = trials.speedup(baseline, treatment)
+    return {
+        "baseline": _pooled(baseline),
+        "treatment": _pooled(treatment),
+        "speedup": round(point, 4),
+        "ci95": [round(ci[0], 4), round(ci[1], 4)],
+        "verdict": trials.verdict(point, ci, treatment),
+    }
 
 
 def _pooled(arms: list[Any]) -> dict[str, Any]:
@@ -636,9 +636,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from gpudoctor import display
     from gpudoctor.prescribe import batch_size as finder
     from gpudoctor.prescribe import trial as trials
-    from gpudoctor.prescribe.how import script_flag
-    from gpudoctor.prescribe.rerun import _set_flag
-    from gpudoctor.probe import ENV_OVERRIDES
+    from gpudoctor.prescribe.rerun import with_batch_size
     from gpudoctor.session import LaunchError
 
     if args.what is None:
@@ -652,10 +650,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise UsageError(f"gpudoctor tune: --max-memory: {exc}") from None
     store = _open_store(args)
-    logs = Path(store.path).parent / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    log_path = logs / time.strftime("tune-%Y%m%d-%H%M%S.log")
-    log = log_path.open("ab")
+    log_path, log = _open_log(store, "tune", "tune")
     state: dict[str, Any] = {"facts": None, "n": 0}
 
     def say(line: str, fraction: float | None = None) -> None:
@@ -669,15 +664,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
     def try_size(size: int | None) -> Any:
         """One run at `size` (None: the job as it is, which tells its own size)."""
         argv, env = list(command), {}
-        facts = state["facts"]
-        if facts is not None and size is not None:
-            found = script_flag("larger-batch", facts)
-            if found is not None:
-                options = facts.get("script_options") or {}
-                option = next(o for o in options.values() if found[0] in o.get("strings", ()))
-                argv = _set_flag(argv, option["strings"], found[0], size, True)
-            else:
-                env = {ENV_OVERRIDES: json.dumps({"dataloader": {"batch_size": size}})}
+        if state["facts"] is not None and size is not None:
+            sized = with_batch_size(command, state["facts"], size)
+            argv, env = list(sized.argv), sized.env
         over = {"cap": False}
 
         def stop_if(timeline: Any) -> bool:
@@ -824,13 +813,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 f"gpudoctor compare: session {session_id} has too few steps to compare"
             )
         runs.append(arm)
-    point, ci = trials.speedup([runs[0]], [runs[1]])
     result = {
-        "baseline": _pooled([runs[0]]),
-        "treatment": _pooled([runs[1]]),
-        "speedup": round(point, 4),
-        "ci95": [round(ci[0], 4), round(ci[1], 4)],
-        "verdict": trials.verdict(point, ci, [runs[1]]),
+        **_comparison([runs[0]], [runs[1]]),
         "applied": [],
         "commands": {"baseline": list(runs[0].argv), "treatment": list(runs[1].argv)},
         "treatment_shown": " ".join(runs[1].argv),

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from gpudoctor.model import EndedBy, GpuSample, JobExit
+from gpudoctor.model import EndedBy, GpuSample, HostSample, JobExit
 from gpudoctor.probe import ENV_SOCKET
 from gpudoctor.probe.profile import ENV_CONTROL
 from gpudoctor.processes import ProcessLister
@@ -110,7 +110,8 @@ class Recorder:
     # the TUI's `q`: whether it may offer to stop the job (watch mode never does)
     can_stop = True
 
-    def _read_host_and_gpus(self) -> None:
+    def _read_host_and_gpus(self) -> tuple[HostSample, list[GpuSample]]:
+        """One host and one GPU reading, into the timeline and the store; returned."""
         assert self.session_id is not None and self.host is not None
         host = self.host.read()
         self.timeline.host.append(host)
@@ -119,6 +120,7 @@ class Recorder:
         if gpus:
             self.timeline.gpus.extend(gpus)
             self.store.add(self.session_id, "gpu", gpus[0].t_mono_ns, [encode(g) for g in gpus])
+        return host, gpus
 
     def detach(self) -> None:
         """Leave the job running: the loop ends at its next turn (thread-safe)."""

@@ -185,14 +185,12 @@ class WatchSession(Recorder):
 
     def _tick(self) -> None:
         assert self.session_id is not None and self.host is not None
-        self._read_host_and_gpus()
+        host, gpus = self._read_host_and_gpus()
         if self.sampler is not None:
             chunk = self.sampler.poll()
             if chunk is not None:
                 self.timeline.stacks.append(chunk)
                 self.store.add(self.session_id, "stacks", chunk.t_end_mono_ns, encode(chunk))
-        host = self.timeline.host[-1] if self.timeline.host else None
-        gpus = list(self.timeline.gpus)[-len(self.nvml.devices) :] if self.nvml.devices else []
         self._record_facts(outside_facts(self.target.pid, host, gpus))
         self.store.commit()
 

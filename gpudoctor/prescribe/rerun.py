@@ -82,10 +82,7 @@ def _apply(remedy_id: str, t: Treatment, facts: dict[str, Any], cores: int) -> T
     found = script_flag(remedy_id, facts)
     if found is not None:
         flag, current = found
-        options = facts.get("script_options") or {}
-        option: dict[str, Any] = next(
-            (o for o in options.values() if flag in o.get("strings", ())), {}
-        )
+        option = _option(facts, flag)
         value = suggested_value(remedy_id, facts, cores, current)
         takes_value = bool(option.get("takes_value", True))
         if takes_value and value is None:
@@ -119,6 +116,24 @@ def _apply(remedy_id: str, t: Treatment, facts: dict[str, Any], cores: int) -> T
         f"{remedy_id} cannot be applied on a rerun of this job (no script flag for it, no "
         f"in-process switch): by hand, {CATALOGUE[remedy_id].snippet.splitlines()[0]}"
     )
+
+
+def with_batch_size(argv: list[str], facts: dict[str, Any], size: int) -> Treatment:
+    """The command at another batch size (the batch-size finder's tries): through the
+    script's batch-size flag when it has one, else the probe's DataLoader override."""
+    found = script_flag("larger-batch", facts)
+    if found is not None:
+        flag = found[0]
+        option = _option(facts, flag)
+        strings = option.get("strings", [flag])
+        return Treatment(tuple(_set_flag(list(argv), strings, flag, size, True)))
+    return Treatment(tuple(argv), {"dataloader": {"batch_size": size}})
+
+
+def _option(facts: dict[str, Any], flag: str) -> dict[str, Any]:
+    """The script's option (as the probe recorded it) that has this flag among its names."""
+    options = facts.get("script_options") or {}
+    return next((o for o in options.values() if flag in o.get("strings", ())), {})
 
 
 def _loader_value(remedy_id: str, facts: dict[str, Any], cores: int) -> Any:
