@@ -1,0 +1,103 @@
+"""The host reader's view of a job's process tree, over real processes: children appear
+when made, leave when they end, and a grandchild whose parent ended (reparented to init)
+is no longer the job's."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from gpudoctor.sources.host import HostReader, newest_pid
+
+# the job: makes processes when told on stdin, prints their pids
+JOB = """
+import subprocess, sys
+kids = []
+for line in sys.stdin:
+    if line.strip() == "child":
+        kids.append(subprocess.Popen(["sleep", "60"]))
+        print(kids[-1].pid, flush=True)
+    elif line.strip() == "nest":
+        kids.append(subprocess.Popen(["sh", "-c", "sleep 60 & echo $!; wait"], stdout=subprocess.PIPE))
+        print(kids[-1].pid, kids[-1].stdout.readline().decode().strip(), flush=True)
+"""
+
+
+Ask = Callable[[str], list[int]]
+
+
+@pytest.fixture
+def job() -> Iterator[tuple[subprocess.Popen[str], Ask]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", JOB], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    made: list[int] = []
+
+    def ask(what: str) -> list[int]:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(what + "\n")
+        proc.stdin.flush()
+        pids = [int(x) for x in proc.stdout.readline().split()]
+        made.extend(pids)
+        return pids
+
+    yield proc, ask
+    for pid in made:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    proc.kill()
+    proc.wait()
+
+
+def tree(reader: HostReader) -> set[int]:
+    """The live processes of the job's tree (an ended child stays a zombie until reaped)."""
+    return {p.pid for p in reader.read().job if p.status != "zombie"}
+
+
+def gone(pid: int) -> None:
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return  # ended, not yet reaped by its parent
+        except FileNotFoundError:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"pid {pid} did not end")
+
+
+def test_newest_pid_follows_process_creation() -> None:
+    before = newest_pid()
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                           capture_output=True, text=True, check=True)  # fmt: skip
+    after = newest_pid()
+    assert before is not None and after is not None
+    assert after != before
+    assert after >= int(child.stdout)
+
+
+def test_job_tree_follows_children(job: tuple[subprocess.Popen[str], Ask]) -> None:
+    proc, ask = job
+    reader = HostReader(proc.pid)
+    assert tree(reader) == {proc.pid}
+    (child,) = ask("child")
+    assert tree(reader) == {proc.pid, child}
+    assert tree(reader) == {proc.pid, child}  # read again, nothing made in between
+    shell, grandchild = ask("nest")
+    assert tree(reader) == {proc.pid, child, shell, grandchild}
+    roles = {p.pid: p.role for p in reader.read().job}
+    assert roles[proc.pid] == "main" and roles[grandchild] == "child"
+    gone(child)
+    assert tree(reader) == {proc.pid, shell, grandchild}
+    # the shell ends: its sleep is reparented away from the job
+    gone(shell)
+    assert tree(reader) == {proc.pid}
