@@ -19,11 +19,11 @@ HOT_C = 85
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "dim"}
 SPLIT_PARTS = (  # (key, label, bar character) in the order a step goes
-    ("data_wait", "data wait", "D"),
-    ("forward", "forward", "F"),
-    ("backward", "backward", "B"),
-    ("optimizer", "optimizer", "O"),
-    ("other", "other", "."),
+    ("data_wait", "Data wait", "D"),
+    ("forward", "Forward", "F"),
+    ("backward", "Backward", "B"),
+    ("optimizer", "Optimizer", "O"),
+    ("other", "other (.)", "."),
 )
 SPARK = " ▁▂▃▄▅▆▇█"
 
@@ -48,6 +48,17 @@ def mib(value: int | None) -> str:
 
 def gib(value: float | None) -> str:
     return NA if value is None else f"{value / 2**30:.1f}G"
+
+
+def gib_pair(g: GpuSample) -> str:
+    """GPU memory used/total in GiB, short: "70/141G"."""
+    if g.mem_used_bytes is None or not g.mem_total_bytes:
+        return NA
+    return f"{g.mem_used_bytes / 2**30:.0f}/{g.mem_total_bytes / 2**30:.0f}G"
+
+
+def watts(value: float | None) -> str:
+    return NA if value is None else f"{value:.0f}W"
 
 
 def rate(bytes_per_s: float | None) -> str:
@@ -177,7 +188,16 @@ def split_bar(split: dict[str, float], width: int) -> tuple[str, str]:
     for key, _label, char in SPLIT_PARTS:
         cells.append(char * round(split.get(key, 0.0) * width))
     text = "".join(cells)[:width].ljust(width, ".")
-    legend = "  ".join(
-        f"{char}={label} {split.get(key, 0.0):.0%}" for key, label, char in SPLIT_PARTS
-    )
-    return text, legend
+    # the bar's letters are the labels' initials; the legend breaks between items where
+    # two-digit values would not fit, so its height does not move with the numbers
+    items = [f"{label} {split.get(key, 0.0):.0%}" for key, label, _char in SPLIT_PARTS]
+    widest = [len(f"{label} 99%") for _key, label, _char in SPLIT_PARTS]
+    lines, used = [items[0]], widest[0]
+    for item, room in zip(items[1:], widest[1:], strict=True):
+        if used + 2 + room <= width:
+            lines[-1] += "  " + item
+            used += 2 + room
+        else:
+            lines.append(item)
+            used = room
+    return text, "\n".join(lines)

@@ -13,6 +13,7 @@ from typing import Any
 
 from conftest import PY, SAMPLES, doctor, load_recorded_session, wait_for
 from rich.console import Console
+from rich.text import Text
 from textual.widgets import DataTable, Static
 
 from gpudoctor.session import Session
@@ -60,6 +61,63 @@ def test_replay_of_a_gpu_session_shows_the_gpu_row_and_opens_a_finding() -> None
             await pilot.press("escape")
             await pilot.press("q")
         assert app.return_value is None
+
+    asyncio.run(drive())
+
+
+def gpu_text(app: Any) -> list[str]:
+    """The GPU panel's lines as rendered (its Rich Text)."""
+    content = app.query_one(GpuPanel).content
+    assert isinstance(content, Text)
+    return content.plain.split("\n")
+
+
+def gpus_copied(n: int) -> Any:
+    """The recorded H200 session as if the server had `n` such GPUs (the job's process on
+    GPU 0): the readings are the real ones, their index rewritten."""
+    import dataclasses
+
+    timeline = load_recorded_session("dataloader_bound")
+    readings = list(timeline.gpus)
+    timeline.gpus.clear()
+    for g in readings:
+        for i in range(n):
+            procs = g.processes if i == 0 else ()
+            timeline.gpus.append(dataclasses.replace(g, index=i, processes=procs))
+    return timeline
+
+
+def test_gpu_panel_fits_eight_gpus_into_80x24_and_uses_the_room_at_200x60() -> None:
+    async def gpu_lines(n: int, size: tuple[int, int]) -> tuple[list[str], Any]:
+        app = make_replay_app(gpus_copied(n), 7)
+        async with app.run_test(size=size) as pilot:
+            await pilot.pause()
+            panel = app.query_one(GpuPanel)
+            lines = gpu_text(app)
+            # everything on screen: the panel holds its lines, the screen does not scroll
+            assert panel.content_region.height >= len(lines), (panel.content_region, lines)
+            assert app.screen.max_scroll_y == 0
+            assert max(len(line) for line in lines) <= panel.content_region.width
+            return lines, app.query_one(JobPanel).region
+
+    async def drive() -> None:
+        one, _ = await gpu_lines(1, (80, 24))  # nvidia-smi's two lines, the process table
+        assert one[0].startswith(" 0 NVIDIA H200") and "120W / 700W" in one[1]
+        assert "<- job" in one[-1]
+        eight, job = await gpu_lines(8, (80, 24))  # a few GPUs a line
+        assert len(eight) == 4 and all(f"{i} util" in "".join(eight) for i in range(8))
+        assert job.height >= 9  # the job panel keeps its room
+        wide, _ = await gpu_lines(8, (200, 60))  # a line each, the process table
+        assert [line.split()[0] for line in wide[:8]] == [str(i) for i in range(8)]
+        assert "SM 1980MHz" in wide[0] and "<- job" in wide[-1]
+        # the terminal made shorter, as wide as before: the panel follows its height
+        app = make_replay_app(gpus_copied(8), 7)
+        async with app.run_test(size=(80, 60)) as pilot:
+            await pilot.pause()
+            assert len(gpu_text(app)) == 10
+            await pilot.resize_terminal(80, 24)
+            await pilot.pause()
+            assert len(gpu_text(app)) == 4
 
     asyncio.run(drive())
 

@@ -71,6 +71,10 @@ class DoctorApp(App[JobExit | None]):
         """Nothing to set up here: NO_COLOR is honoured by Textual itself (App.no_color
         turns the output monochrome)."""
 
+    def on_resize(self) -> None:
+        # the GPU panel's layout follows the screen's height, which may change alone
+        self.query_one(GpuPanel).rerender()
+
     # -- snapshots down ------------------------------------------------------------------
 
     @on(SnapshotReady)
@@ -193,7 +197,9 @@ class LiveApp(DoctorApp):
     def status_words(self, s: Snapshot) -> str:
         if s.mode == "watch":
             return f"watching pid {s.job_pid} · {'running' if s.running else 'ended'}"
-        return f"{'running' if s.running else 'ended'} · pid {s.job_pid} · {s.steps_total} steps"
+        # no step count here: a title that changes every tick lays the header out again
+        # each second (the job panel has the steps)
+        return f"{'running' if s.running else 'ended'} · pid {s.job_pid}"
 
     def action_quit_doctor(self) -> None:
         if self.job_exit is not None or self.quitting:

@@ -9,14 +9,16 @@ from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
 from gpudoctor import display
-from gpudoctor.model import Finding
+from gpudoctor.model import Finding, GpuProcess
 from gpudoctor.snapshot import Snapshot
 
 
 class Panel(Static):
-    # Each tick repaints the panel; the screen is laid out again only when its number of
-    # lines changed (a layout per panel per tick cost about a third of the app's CPU).
-    snapshot: reactive[Snapshot | None] = reactive(None)
+    # A tick repaints the panel only when its text changed (update() does, the reactive
+    # itself does not: every snapshot differs), and lays the screen out again only when
+    # its number of lines changed (a layout per panel per tick cost a third of the app's
+    # CPU; repainting unchanged panels, a quarter of what was left).
+    snapshot: reactive[Snapshot | None] = reactive(None, repaint=False)
     _lines = -1
     _shown: Text | None = None
 
@@ -32,7 +34,11 @@ class Panel(Static):
 
     def on_resize(self) -> None:
         """The layout depends on the room: render again at the new size."""
+        self.rerender()
+
+    def rerender(self) -> None:
         self._lines = -1
+        self._shown = None
         self.watch_snapshot(self.snapshot)
 
     def render_snapshot(self, s: Snapshot) -> Text:
@@ -40,17 +46,46 @@ class Panel(Static):
 
 
 class GpuPanel(Panel):
+    """nvidia-smi's layout (two lines a GPU, the processes below) where the room allows;
+    on a short terminal or a many-GPU server, one line a GPU, then a few GPUs a line.
+    The room is the panel's max-height (doctor.tcss: 30% of the screen)."""
+
     BORDER_TITLE = "GPU"
+    MAX_SHARE = 0.30  # as doctor.tcss's max-height
+    PROC_ROWS = 6
+
+    def room(self) -> int:
+        """Lines inside the border: the share of the screen less its header and footer."""
+        return max(2, int((self.screen.size.height - 2) * self.MAX_SHARE) - 2)
 
     def render_snapshot(self, s: Snapshot) -> Text:
         if not s.gpus:
             return Text(f"CPU-only mode: {s.gpu_reason or 'no GPU readings yet'}", "dim")
-        width = (self.size.width or 80) - 2
+        width = (self.size.width or 80) - 4
+        room = self.room()
+        procs = [p for g in s.gpus for p in g.processes]
+        throttled = sum(1 for g in s.gpus if display.gpu_cells(g)["throttle"])
+        wanted = min(len(procs), self.PROC_ROWS)
+        # the richest layout that leaves a row for a process, if there is one
+        for lines_per_gpu in (2, 1):
+            used = len(s.gpus) * lines_per_gpu + (throttled if lines_per_gpu == 2 else 0)
+            rows = min(wanted, room - used - 1)
+            if used <= room and (not procs or rows >= 1):
+                out = (
+                    self._two_lines_each(s, width)
+                    if lines_per_gpu == 2
+                    else self._one_line_each(s, width)
+                )
+                return self._processes(out, s, procs, rows, width)
+        out = self._packed(s, width)
+        rows = min(wanted, room - len(out.plain.split("\n")) - 1)
+        return self._processes(out, s, procs, rows, width)
+
+    def _two_lines_each(self, s: Snapshot, width: int) -> Text:
         out = Text()
         for g in s.gpus:
             c = display.gpu_cells(g)
             frac = float(c["mem_fraction"]) if c["mem_fraction"] else None
-            history = s.gpu_util_history.get(g.index, ())
             if out:
                 out.append("\n")
             out.append(f"{c['index']:>2} ", "bold")
@@ -61,27 +96,77 @@ class GpuPanel(Panel):
             second.append(f"{c['power']:<13} ")
             second.append(f"{c['temp']:>4} ", c["temp_band"])
             second.append(f"fan {c['fan']:<4} SM {c['sm_clock']:<8} ")
-            if width >= 110:
+            if width >= 108:
                 second.append(f"PCIe {c['pcie']} ")
-            spark = max(0, width - len(second.plain) - 6)
+            spark = max(0, width - len(second.plain) - 5)
+            history = s.gpu_util_history.get(g.index, ())
             second.append(f"util {display.sparkline(history, min(spark, 60), top=100.0)}", "green")
             out.append("\n")
             out.append(second)
             if c["throttle"]:
                 out.append(f"\n   {c['throttle']}", "bold red")
-        procs = [p for g in s.gpus for p in g.processes]
-        if procs:
-            head = f"{'pid':<8} {'user':<10} {'GPU mem':>9} {'SM%':>5}  command"
-            out.append(f"\n   {head}", "bold")
-            for p in procs[:6]:
-                mine = p.pid in s.job_gpu_pids
-                sm = display.pct(p.sm_util_pct)
-                user = (p.user or "?")[:10]
-                mem = display.mib(p.mem_used_bytes)
-                row = f"\n   {p.pid:<8d} {user:<10} {mem:>9} {sm:>5}  "
-                tag = "<- job " if mine else ""
-                room = max(0, width - len(row) - len(tag))
-                out.append(row + tag + (p.command or "")[:room], "bold" if mine else "")
+        return out
+
+    def _one_line_each(self, s: Snapshot, width: int) -> Text:
+        out = Text()
+        for g in s.gpus:
+            c = display.gpu_cells(g)
+            frac = float(c["mem_fraction"]) if c["mem_fraction"] else None
+            if out:
+                out.append("\n")
+            out.append(f"{c['index']:>2} ", "bold")
+            out.append(f"{c['name'].removeprefix('NVIDIA ')[:10]:<10} ")
+            out.append(f"util {c['util']:>4} ", c["util_band"])
+            out.append(f"mem {display.bar(frac, 4)} {display.gib_pair(g):<11}", c["mem_band"])
+            out.append(f"{display.watts(g.power_w):>5} ")
+            out.append(f"{c['temp']:>4}", c["temp_band"])
+            if width >= 120:  # the room of a wide terminal: what the two-line rows add
+                out.append(f" fan {c['fan']:<4} SM {c['sm_clock']:<8}")
+            if width >= 160:
+                out.append(f" PCIe {c['pcie']}")
+            if c["throttle"]:
+                out.append(" throttled", "bold red")
+            spark = width - len(out.plain.rsplit("\n", 1)[-1]) - 1
+            if spark >= 8:
+                history = s.gpu_util_history.get(g.index, ())
+                out.append(" " + display.sparkline(history, min(spark, 60), top=100.0), "green")
+        return out
+
+    def _packed(self, s: Snapshot, width: int) -> Text:
+        cell = 27  # "12 util 100% mem 100%  85C" and a space
+        per_line = max(1, width // cell)
+        out = Text()
+        for i, g in enumerate(s.gpus):
+            c = display.gpu_cells(g)
+            frac = float(c["mem_fraction"]) if c["mem_fraction"] else None
+            if i % per_line:
+                out.append(" ")
+            elif i:
+                out.append("\n")
+            out.append(f"{c['index']:>2} ", "bold")
+            out.append(f"util {c['util']:>4} ", c["util_band"])
+            out.append(f"mem {display.pct(frac * 100 if frac is not None else None):>4} ")
+            out.append(f"{c['temp']:>4}", "bold red" if c["throttle"] else c["temp_band"])
+        return out
+
+    def _processes(
+        self, out: Text, s: Snapshot, procs: list[GpuProcess], rows: int, width: int
+    ) -> Text:
+        if not procs or rows < 1:
+            return out
+        shown = "" if rows >= len(procs) else f"  ({rows} of {len(procs)})"
+        out.append(
+            f"\n   {'pid':<8} {'user':<10} {'GPU mem':>9} {'SM%':>5}  command{shown}", "bold"
+        )
+        for p in procs[:rows]:
+            mine = p.pid in s.job_gpu_pids
+            row = (
+                f"\n   {p.pid:<8d} {(p.user or '?')[:10]:<10} "
+                f"{display.mib(p.mem_used_bytes):>9} {display.pct(p.sm_util_pct):>5}  "
+            )
+            tag = "<- job " if mine else ""
+            room = max(0, width - len(row) - len(tag))
+            out.append(row + tag + (p.command or "")[:room], "bold" if mine else "")
         return out
 
 
@@ -121,11 +206,15 @@ class JobPanel(Panel):
             out.append(f"\npid {s.job_pid or '-'}  {state}  {up}")
             out.append(f"\nsteps {s.steps_total}  step p50 {display.ms(s.step_p50_ms)}")
             out.append(f" p90 {display.ms(s.step_p90_ms)}")
+            # the rate leads the plot's line: appended to the line above, it would wrap
+            # or not as the numbers move, and each change of height lays the screen out
+            rate = ""
             if s.samples_per_s:
-                out.append(f"  {s.samples_per_s:,.0f} samples/s")
+                rate = f"{s.samples_per_s:,.0f} samples/s  "
             elif s.steps_per_s:
-                out.append(f"  {s.steps_per_s:.1f} steps/s")
-            out.append(f"\nstep time {display.sparkline(s.step_history_ms, width - 10)}", "cyan")
+                rate = f"{s.steps_per_s:.1f} steps/s  "
+            spark = display.sparkline(s.step_history_ms, width - len(rate) - 10)
+            out.append(f"\n{rate}step time {spark}", "cyan")
         bar, legend = display.split_bar(s.split, width)
         out.append(f"\n{bar}\n{legend}", "")
         if s.host is not None:
@@ -148,6 +237,11 @@ def _ended(s: Snapshot) -> str:
 class OutputPanel(Panel):
     BORDER_TITLE = "Output"
 
+    def on_resize(self) -> None:
+        # with fewer than three rows it would show a border and nothing else
+        self.visible = self.size.height >= 3
+        super().on_resize()
+
     def render_snapshot(self, s: Snapshot) -> Text:
         lines = max(1, (self.size.height or 6) - 2)
         tail = s.output_tail[-lines:]
@@ -164,15 +258,24 @@ class FindingsPanel(OptionList):
     BORDER_TITLE = "Findings"
 
     shown: tuple[Finding, ...] | None = None
+    running = True
 
     def show(self, s: Snapshot) -> None:
-        if s.findings == self.shown:
+        if s.findings == self.shown and (s.findings or s.running == self.running):
             return  # unchanged: keep the highlight where the user left it
-        self.shown = s.findings
+        before, self.shown, self.running = self.shown, s.findings, s.running
+        if before and [f.id for f in before] == [f.id for f in s.findings]:
+            # the same findings, their numbers moved: new prompts in place (rebuilding
+            # the list lays the screen out again, most of the app's CPU on a busy job)
+            for i, (old, new) in enumerate(zip(before, s.findings, strict=True)):
+                if old != new:
+                    self.replace_option_prompt_at_index(i, _prompt(new))
+            return
         highlighted = self.highlighted
         self.clear_options()
         if not s.findings:
-            self.add_option(Option(Text("no findings yet", "dim"), id="none", disabled=True))
+            words = "no findings yet" if s.running else "no findings: nothing to fix was seen"
+            self.add_option(Option(Text(words, "dim"), id="none", disabled=True))
             return
         self.add_options([Option(_prompt(f), id=f.id) for f in s.findings])
         # Enter opens the highlighted finding: the top one until the user moves
