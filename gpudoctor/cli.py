@@ -1045,7 +1045,8 @@ def cmd_history(args: argparse.Namespace) -> int:
         took = f"{row.duration_s:.0f}s" if row.duration_s is not None else "-"
         ended = f"{row.exit.ended_by} ({row.exit.exit_code})" if row.exit else "incomplete"
         steps = row.summary.get("steps")
-        steps = "-" if steps is None else steps
+        # a watched job's steps are not counted (py-spy samples them): "watch" says why
+        steps = ("watch" if row.summary.get("mode") == "watch" else "-") if steps is None else steps
         top = row.summary.get("top_finding") or "-"
         command = " ".join(row.command)
         print(

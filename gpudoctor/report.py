@@ -362,5 +362,6 @@ def summary(report: dict[str, Any]) -> dict[str, Any]:
     return {
         "steps": report["steps"]["count"],
         "median_ms": report["steps"]["median_ms"],
+        "mode": report["mode"],  # "watch": steps not counted, only estimated
         "top_finding": f"{top['id']} ({top['severity']})" if top else None,
     }

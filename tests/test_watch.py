@@ -104,6 +104,9 @@ def test_watching_a_dataloader_bound_job_finds_input_bound_and_leaves_it_running
     # recorded: the report rebuilds offline the same
     rebuilt = doctor("report", "last", "--format", "json")
     assert json.loads(rebuilt.stdout)["findings"][0]["confidence"] == "estimated"
+    # history says why no steps were counted
+    row = doctor("history").stdout.splitlines()[1]
+    assert " watch " in row and "input-bound (high)" in row, row
 
 
 def test_watching_a_healthy_job_finds_nothing_medium_or_high(
