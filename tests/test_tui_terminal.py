@@ -3,10 +3,13 @@ the job, the doctor prints its findings and the terminal is the shell's again.""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
+import sqlite3
 import subprocess
 import time
 from pathlib import Path
@@ -18,6 +21,19 @@ from gpudoctor import display
 
 # scripts/test.sh installs tmux; without it this fails rather than skips
 assert shutil.which("tmux"), "tmux is needed: apt-get install tmux"
+
+
+def close(name: str, tmp_path: Path) -> None:
+    """The tmux window gone, and any job the test's doctor launched with it: killing the
+    window kills the doctor, whose job goes on by design (its own session); left there,
+    a failed test's job would slow every test after it."""
+    subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+    for store in tmp_path.rglob("s.db"):
+        with contextlib.closing(sqlite3.connect(store)) as db:
+            rows = db.execute("SELECT job_pid FROM sessions WHERE job_pid IS NOT NULL").fetchall()
+        for (pid,) in rows:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)  # the job leads its own process group
 
 
 def tmux(*args: str) -> str:
@@ -61,7 +77,7 @@ def test_the_app_in_tmux_runs_stops_the_job_and_restores_the_terminal(tmp_path: 
         assert done.read_text().strip() == "EXIT=130"  # the job's own code: stopped by SIGINT
         assert "╭" not in text  # the app's frame is gone: the terminal is restored
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+        close(name, tmp_path)
 
 
 def test_watch_mode_in_tmux_shows_the_job_and_q_leaves_it_running(tmp_path: Path) -> None:
@@ -89,7 +105,7 @@ def test_watch_mode_in_tmux_shows_the_job_and_q_leaves_it_running(tmp_path: Path
         assert done.read_text().strip() == "EXIT=0"
         assert job.poll() is None  # untouched
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+        close(name, tmp_path)
         job.kill()
         job.wait()
 
@@ -116,7 +132,7 @@ def test_gpudoctor_alone_then_r_runs_a_typed_command_under_the_doctor(tmp_path: 
         assert done.read_text().strip() == "EXIT=130"  # the job's own code, as with run
         assert "╭" not in text
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+        close(name, tmp_path)
 
 
 def run_in_tmux(tmp_path: Path, name: str, doctor_cmd: str) -> Path:
@@ -140,7 +156,7 @@ def test_ctrl_c_asks_and_ctrl_c_again_stops_the_job(tmp_path: Path) -> None:
         text = wait_screen(name, "SHELL-IS-BACK", timeout=60)
         assert done.read_text().strip() == "EXIT=130" and "╭" not in text
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+        close(name, tmp_path)
 
 
 def test_a_crashed_job_is_shown_and_q_restores_the_terminal(tmp_path: Path) -> None:
@@ -156,7 +172,7 @@ def test_a_crashed_job_is_shown_and_q_restores_the_terminal(tmp_path: Path) -> N
         assert done.read_text().strip() == "EXIT=1"  # the job's own code
         assert "out-of-memory" in text and "╭" not in text
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+        close(name, tmp_path)
 
 
 def test_when_the_doctor_itself_fails_the_terminal_is_restored_and_the_job_goes_on(
@@ -181,7 +197,7 @@ def test_when_the_doctor_itself_fails_the_terminal_is_restored_and_the_job_goes_
         pid = int(text.split("gpudoctor: the job (pid ", 1)[1].split(")", 1)[0])
         os.kill(pid, 0)  # still running: the doctor's failure is not the job's
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+        close(name, tmp_path)
         subprocess.run(["pkill", "-f", f"healthy.py --steps 100000 --seed {marker}"])
         subprocess.run(["umount", "-l", str(tiny)], capture_output=True)
 
@@ -203,7 +219,7 @@ def test_tune_on_a_terminal_shows_progress_and_the_result(tmp_path: Path) -> Non
         assert done.read_text().strip() == "EXIT=0"
         assert "largest batch size that fits: 48" in text  # the summary after the app
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+        close(name, tmp_path)
 
 
 # sample jobs short enough that the screen's window (the last 2,000 steps) is the run
@@ -235,7 +251,7 @@ def test_the_screen_at_the_end_of_a_run_agrees_with_its_report(tmp_path: Path, j
         wait_screen(name, "SHELL-IS-BACK", timeout=30)
         assert done.read_text().strip() == "EXIT=0"
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+        close(name, tmp_path)
     report = json.loads(report_path.read_text())
     steps = report["steps"]
     assert steps["count"] < 2000, "a longer run: the screen shows only its last 2,000 steps"
