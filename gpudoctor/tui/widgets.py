@@ -239,11 +239,11 @@ class OutputPanel(Panel):
 
     def on_resize(self) -> None:
         # with fewer than three rows it would show a border and nothing else
-        self.visible = self.size.height >= 3
+        self.visible = self.outer_size.height >= 3
         super().on_resize()
 
     def render_snapshot(self, s: Snapshot) -> Text:
-        lines = max(1, (self.size.height or 6) - 2)
+        lines = max(1, self.size.height or 4)  # the content area: inside the border
         tail = s.output_tail[-lines:]
         if not tail:
             if s.mode == "watch":
