@@ -9,7 +9,7 @@ from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
 from gpudoctor import display
-from gpudoctor.model import Finding, GpuProcess
+from gpudoctor.model import Finding, GpuProcess, GpuSample
 from gpudoctor.snapshot import Snapshot
 
 
@@ -84,11 +84,7 @@ class GpuPanel(Panel):
     def _two_lines_each(self, s: Snapshot, width: int) -> Text:
         out = Text()
         for g in s.gpus:
-            c = display.gpu_cells(g)
-            frac = float(c["mem_fraction"]) if c["mem_fraction"] else None
-            if out:
-                out.append("\n")
-            out.append(f"{c['index']:>2} ", "bold")
+            c, frac = _gpu_row(out, g)
             out.append(f"{c['name'][:24]:<24} ")
             out.append(f"util {c['util']:>4} ", c["util_band"])
             out.append(f"mem {display.bar(frac, 8)} {c['mem']}", c["mem_band"])
@@ -110,11 +106,7 @@ class GpuPanel(Panel):
     def _one_line_each(self, s: Snapshot, width: int) -> Text:
         out = Text()
         for g in s.gpus:
-            c = display.gpu_cells(g)
-            frac = float(c["mem_fraction"]) if c["mem_fraction"] else None
-            if out:
-                out.append("\n")
-            out.append(f"{c['index']:>2} ", "bold")
+            c, frac = _gpu_row(out, g)
             out.append(f"{c['name'].removeprefix('NVIDIA ')[:10]:<10} ")
             out.append(f"util {c['util']:>4} ", c["util_band"])
             out.append(f"mem {display.bar(frac, 4)} {display.gib_pair(g):<11}", c["mem_band"])
@@ -137,13 +129,9 @@ class GpuPanel(Panel):
         per_line = max(1, width // cell)
         out = Text()
         for i, g in enumerate(s.gpus):
-            c = display.gpu_cells(g)
-            frac = float(c["mem_fraction"]) if c["mem_fraction"] else None
             if i % per_line:
                 out.append(" ")
-            elif i:
-                out.append("\n")
-            out.append(f"{c['index']:>2} ", "bold")
+            c, frac = _gpu_row(out, g, new_line=i % per_line == 0)
             out.append(f"util {c['util']:>4} ", c["util_band"])
             out.append(f"mem {display.pct(frac * 100 if frac is not None else None):>4} ")
             out.append(f"{c['temp']:>4}", "bold red" if c["throttle"] else c["temp_band"])
@@ -168,6 +156,16 @@ class GpuPanel(Panel):
             room = max(0, width - len(row) - len(tag))
             out.append(row + tag + (p.command or "")[:room], "bold" if mine else "")
         return out
+
+
+def _gpu_row(out: Text, g: GpuSample, new_line: bool = True) -> tuple[dict[str, str], float | None]:
+    """Starts a GPU's cells (on a new line unless told, its index in bold): its
+    nvidia-smi fields and the used share of its memory."""
+    c = display.gpu_cells(g)
+    if out and new_line:
+        out.append("\n")
+    out.append(f"{c['index']:>2} ", "bold")
+    return c, float(c["mem_fraction"]) if c["mem_fraction"] else None
 
 
 class HostPanel(Panel):
