@@ -64,7 +64,7 @@ class GpuPanel(Panel):
         width = (self.size.width or 80) - 4
         room = self.room()
         procs = [p for g in s.gpus for p in g.processes]
-        throttled = sum(1 for g in s.gpus if display.gpu_cells(g)["throttle"])
+        throttled = sum(1 for g in s.gpus if display.throttle_text(g.clock_event_reasons))
         wanted = min(len(procs), self.PROC_ROWS)
         # the richest layout that leaves a row for a process, if there is one
         for lines_per_gpu in (2, 1):
