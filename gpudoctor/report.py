@@ -81,9 +81,12 @@ def build(timeline: Timeline, session_id: int | None, lang: str = "en") -> dict[
         "findings": [_finding(f, facts, cores_allowed, lang) for f in findings],
         "probe": {
             "processes": sorted(timeline.facts),
-            "stepping_processes": sorted(timeline.steps),
+            "stepping_processes": sorted(timeline.counted_steps()),
+            "steps_by_process": {str(pid): n for pid, n in timeline.counted_steps().items()},
             "errors": timeline.probe_errors,
+            "limits": facts.get("limits", []),
             "dropped": sum(timeline.probe_dropped.values()),
+            "lost_step_timings": timeline.lost_step_rows(),
             "bad_messages": timeline.bad_messages,
         },
         "profile": facts.get("profile"),  # torch.profiler's top operators, when asked
@@ -220,14 +223,24 @@ def _notes(timeline: Timeline, w: Window) -> list[str]:
             "The probe saw no torch in the job (it never imported torch, or ran Python with "
             "-E/-I): host and GPU readings only."
         )
-    elif not timeline.steps:
+    elif not timeline.steps and not timeline.lost_step_rows():
         notes.append("The job imported torch but ran no training step the probe could see.")
     elif len(w.steady_steps) < 5:
         notes.append(f"Only {w.total_steps} steps: too few for the step-based findings.")
+    lost = timeline.lost_step_rows()
+    if lost:
+        notes.append(
+            f"{lost} steps were counted whose timings never reached the doctor (the job "
+            "ended between two sends of the probe, or they were dropped on the way): "
+            "the counts are exact, the step times are those of the others."
+        )
     if timeline.probe_dropped:
         notes.append(
-            f"The probe dropped {sum(timeline.probe_dropped.values())} records (doctor busy)."
+            f"The probe dropped {sum(timeline.probe_dropped.values())} step records (doctor busy)."
         )
+    limits = timeline.merged_facts().get("limits") or []
+    for limit in limits:
+        notes.append(f"The probe measured less: {limit}.")
     if timeline.bad_messages:
         notes.append(
             f"{timeline.bad_messages} malformed messages on the probe socket were ignored."

@@ -26,6 +26,7 @@ from gpudoctor.probe.profile import ENV_CONTROL
 from gpudoctor.processes import ProcessLister
 from gpudoctor.sources.host import HostReader
 from gpudoctor.sources.nvml import NvmlReader
+from gpudoctor.sources.pages import read_pages
 from gpudoctor.sources.probe_server import ProbeServer
 from gpudoctor.store import Store, encode
 from gpudoctor.timeline import Timeline
@@ -206,6 +207,7 @@ class Session(Recorder):
             while proc.poll() is None:
                 if self._detached:
                     self._drain()
+                    self._read_pages()
                     return self._finish(None)
                 now = time.monotonic()
                 timeout = max(0.0, next_tick - now)
@@ -225,6 +227,7 @@ class Session(Recorder):
                 self._escalate()
             proc.wait()
             self._drain()
+            self._read_pages()
         finally:
             selector.close()
             if pidfd is not None:
@@ -242,7 +245,17 @@ class Session(Recorder):
         assert self.host is not None
         self.host.step_pids = set(self.timeline.steps)
         self._read_host_and_gpus()
+        self._read_pages()
         self.store.commit()
+
+    def _read_pages(self) -> None:
+        """The probes' exact step counts (their counter pages), recorded when they move."""
+        assert self.session_id is not None
+        for pid, page in read_pages(self._dir).items():
+            if self.timeline.page_steps.get(pid) != page.steps:
+                self.timeline.ingest_page(pid, page.steps)
+                record = {"pid": pid, "steps": page.steps, "rows_sent": page.rows_sent}
+                self.store.add(self.session_id, "page", time.monotonic_ns(), record)
 
     # -- stopping -------------------------------------------------------------------------
 

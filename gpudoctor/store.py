@@ -204,6 +204,8 @@ def apply_record(timeline: Timeline, kind: str, data: Any) -> None:
     elif kind == "watch":
         timeline.watched_pid = int(data["pid"])
         timeline.facts.setdefault(timeline.watched_pid, {}).update(data.get("facts", {}))
+    elif kind == "page":
+        timeline.ingest_page(int(data["pid"]), int(data["steps"]))
     elif kind == "bad_messages":
         timeline.bad_messages = int(data)
 

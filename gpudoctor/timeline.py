@@ -42,6 +42,8 @@ class Timeline:
     ends: dict[int, dict[str, Any]] = field(default_factory=dict)
     probe_errors: list[str] = field(default_factory=list)
     probe_dropped: dict[int, int] = field(default_factory=dict)
+    # the probe's counter pages: each stepping process's exact step count (protocol.py)
+    page_steps: dict[int, int] = field(default_factory=dict)
     bad_messages: int = 0
     exit: JobExit | None = None
     end_mono_ns: int | None = None
@@ -77,22 +79,43 @@ class Timeline:
         if "end" in message:
             self.ends[pid] = message["end"]
 
+    def ingest_page(self, pid: int, steps: int) -> None:
+        """A process's exact step count, from its counter page."""
+        self.page_steps[pid] = steps
+
     # -- what the rest reads ------------------------------------------------------------
+
+    def counted_steps(self) -> dict[int, int]:
+        """Each stepping process's steps: its counter page's count, or the rows that
+        arrived when they are more (a page written before the last rows were sent)."""
+        pids = set(self.step_counts) | {p for p, n in self.page_steps.items() if n > 0}
+        return {
+            pid: max(self.step_counts.get(pid, 0), self.page_steps.get(pid, 0))
+            for pid in sorted(pids)
+        }
+
+    def lost_step_rows(self) -> int:
+        """Steps counted whose timings never arrived (the job died between two sends,
+        or rows were dropped on the way)."""
+        return sum(
+            max(0, n - self.step_counts.get(pid, 0)) for pid, n in self.counted_steps().items()
+        )
 
     def main_pid(self) -> int | None:
         """The process with the most steps (rank 0 when ranks tie)."""
-        if not self.steps:
+        counts = self.counted_steps()
+        if not counts:
             return None
 
         def key(pid: int) -> tuple[int, int]:
             rank = self.facts.get(pid, {}).get("rank")
-            return (self.step_counts[pid], -int(rank) if rank is not None else 0)
+            return (counts[pid], -int(rank) if rank is not None else 0)
 
-        return max(self.steps, key=key)
+        return max(counts, key=key)
 
     def main_steps(self) -> Sequence[StepRecord]:
         pid = self.main_pid()
-        return self.steps[pid] if pid is not None else ()
+        return self.steps.get(pid, ()) if pid is not None else ()
 
     def merged_facts(self) -> dict[str, Any]:
         """Facts of the main process, filled in from the others."""
@@ -124,7 +147,7 @@ class Timeline:
 
     def total_steps(self) -> int:
         pid = self.main_pid()
-        return self.step_counts[pid] if pid is not None else 0
+        return self.counted_steps()[pid] if pid is not None else 0
 
     def window(
         self,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from conftest import PY, ROOT, doctor
 
-from gpudoctor.probe.steps import FULL_STEPS, SAMPLE_EVERY
+from gpudoctor.probe.clock import FULL_STEPS, SAMPLE_EVERY
 from gpudoctor.store import Store
 
 LOOP = ROOT / "bench" / "loop_job.py"  # a plain DataLoader + MLP + SGD loop, ~0.3 ms steps

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from gpudoctor.probe import protocol
-from gpudoctor.probe.steps import FULL_STEPS, SAMPLE_EVERY, SAMPLE_MAX_GAP_NS, StepClock
+from gpudoctor.probe.clock import FULL_STEPS, SAMPLE_EVERY, SAMPLE_MAX_GAP_NS, StepClock
+
+MODEL, TEACHER = 101, 102  # root modules
+ADAM, SGD = 1, 2  # optimizers
 
 
 def steps(clock: StepClock) -> list[dict[str, int]]:
@@ -11,19 +14,19 @@ def steps(clock: StepClock) -> list[dict[str, int]]:
     return [dict(zip(protocol.STEP_FIELDS, row, strict=True)) for row in clock.take()]
 
 
-def training_loop(clock: StepClock, n: int, accumulate: int = 1) -> None:
+def training_loop(clock: StepClock, n: int, accumulate: int = 1, t: int = 0) -> int:
     """loader wait 2, forward 3, backward 4, optimizer 1 (time units) per micro-step."""
-    t = 0
-    for i in range(n):
+    for _ in range(n):
         for _ in range(accumulate):
             clock.loader_batch(t, t + 2, 32)
-            clock.forward_start(t + 2)
+            clock.forward_start(t + 2, MODEL)
             clock.forward_end(t + 2, t + 5)
             clock.backward_done(t + 5, t + 9)
             t += 9
-        clock.optimizer_done(t, t + 1, lead=True)
+        clock.optimizer_start()
+        clock.optimizer_done(ADAM, t, t + 1)
         t += 1
-        del i
+    return t
 
 
 def test_optimizer_steps_are_counted_once_each() -> None:
@@ -41,6 +44,14 @@ def test_optimizer_steps_are_counted_once_each() -> None:
     assert all(s["batch_size"] == 32 for s in out)
 
 
+def test_a_step_is_emitted_as_soon_as_the_cycle_is_known() -> None:
+    clock = StepClock()
+    training_loop(clock, 1)
+    assert clock.index == 0 and clock.ends_seen == 1  # one optimizer seen: cycle unknown
+    training_loop(clock, 1, t=10)
+    assert clock.index == 2 and clock.ends_seen == 2  # the repeat closed both
+
+
 def test_gradient_accumulation_is_one_step_per_optimizer_step() -> None:
     clock = StepClock()
     training_loop(clock, 5, accumulate=4)
@@ -50,27 +61,68 @@ def test_gradient_accumulation_is_one_step_per_optimizer_step() -> None:
     assert out[-1]["wall_ns"] == 4 * 9 + 1
 
 
-def test_second_optimizer_does_not_split_the_step() -> None:
+def test_two_optimizers_of_one_iteration_make_one_step() -> None:
+    """A GAN: the discriminator steps, then the generator; the generator closes."""
     clock = StepClock()
     t = 0
     for _ in range(6):
-        clock.forward_start(t)
-        clock.forward_end(t, t + 2)
+        clock.loader_batch(t, t + 1, 64)
+        clock.forward_start(t + 1, MODEL)
+        clock.forward_end(t + 1, t + 2)
         clock.backward_done(t + 2, t + 4)
-        clock.optimizer_done(t + 4, t + 5, lead=True)
-        clock.forward_start(t + 5)  # the second model (a GAN's other half)
+        clock.optimizer_done(ADAM, t + 4, t + 5)
+        clock.forward_start(t + 5, TEACHER)
         clock.forward_end(t + 5, t + 7)
         clock.backward_done(t + 7, t + 9)
-        clock.optimizer_done(t + 9, t + 10, lead=False)
+        clock.optimizer_done(SGD, t + 9, t + 10)
         t += 10
-    assert len(steps(clock)) == 6
+    out = steps(clock)
+    assert len(out) == 6
+    assert clock.closer == SGD
+    assert all(s["wall_ns"] == 10 and s["optimizer_ns"] == 2 for s in out[1:])
+    assert all(s["batch_size"] == 64 for s in out)
+
+
+def test_models_trained_one_after_another_are_all_counted() -> None:
+    clock = StepClock()
+    t = 0
+    for key, n in ((ADAM, 30), (SGD, 25)):
+        for _ in range(n):
+            clock.forward_start(t, MODEL)
+            clock.forward_end(t, t + 3)
+            clock.backward_done(t + 3, t + 6)
+            clock.optimizer_done(key, t + 6, t + 7)
+            t += 7
+    out = steps(clock)
+    assert len(out) == 55
+    assert [s["index"] for s in out] == list(range(55))
+    assert clock.closer == SGD
+
+
+def test_a_closure_optimizer_counts_its_forward_and_backward_apart() -> None:
+    """L-BFGS: step(closure) runs forward and backward inside the optimizer's step."""
+    clock = StepClock()
+    t = 0
+    for _ in range(5):
+        clock.optimizer_start()
+        for _ in range(3):  # the closure, three times
+            clock.forward_start(t + 1, MODEL)
+            clock.forward_end(t + 1, t + 3)
+            clock.backward_done(t + 3, t + 6)
+            t += 6
+        clock.optimizer_done(ADAM, t - 18, t + 2)
+        t += 2
+    out = steps(clock)
+    assert len(out) == 5
+    last = out[-1]
+    assert (last["forward_ns"], last["backward_ns"], last["optimizer_ns"]) == (6, 9, 5)
 
 
 def test_hand_written_sgd_falls_back_to_backward() -> None:
     clock = StepClock()
     t = 0
     for _ in range(8):
-        clock.forward_start(t + 3)  # 3 units of input code before the model
+        clock.forward_start(t + 3, MODEL)  # 3 units of input code before the model
         clock.forward_end(t + 3, t + 5)
         clock.backward_done(t + 5, t + 8)
         t += 10  # 2 units of hand-written parameter update
@@ -94,29 +146,51 @@ def test_inference_with_a_dataloader_steps_per_batch() -> None:
     t = 0
     for _ in range(7):
         clock.loader_batch(t, t + 4, 16)
-        clock.forward_start(t + 4)
-        clock.forward_end(t + 4, t + 9)
+        clock.forward_start(t + 4, MODEL)
+        clock.forward_end(t + 4, t + 6)
+        clock.forward_start(t + 6, MODEL)  # test-time augmentation: the model twice
+        clock.forward_end(t + 6, t + 9)
         t += 10
     out = steps(clock)
     assert len(out) == 7
     assert out[-1]["loader_ns"] == 4 and out[-1]["forward_ns"] == 5
+    assert out[-1]["forwards"] == 2
 
 
-def test_forward_only_loop_steps_per_forward() -> None:
+def test_forward_only_loop_steps_per_call_of_the_same_root() -> None:
     clock = StepClock()
     for i in range(5):
-        clock.forward_start(i * 10)
-        clock.forward_end(i * 10, i * 10 + 6)
+        clock.forward_start(i * 10, MODEL)
+        clock.forward_end(i * 10, i * 10 + 4)
+        clock.forward_start(i * 10 + 4, TEACHER)  # a second model in the same step
+        clock.forward_end(i * 10 + 4, i * 10 + 6)
     out = steps(clock)
     assert len(out) == 5
-    assert out[-1]["outside_ns"] == 4
+    assert out[-1]["outside_ns"] == 4 and out[-1]["forwards"] == 2
+
+
+def test_two_roots_before_the_first_backward_do_not_split_the_first_step() -> None:
+    """An encoder and a decoder called one after the other, then backward, then two
+    optimizers: the first iteration is one step like the others."""
+    clock = StepClock()
+    t = 0
+    for _ in range(4):
+        clock.forward_start(t, MODEL)
+        clock.forward_end(t, t + 2)
+        clock.forward_start(t + 2, TEACHER)
+        clock.forward_end(t + 2, t + 4)
+        clock.backward_done(t + 4, t + 7)
+        clock.optimizer_done(ADAM, t + 7, t + 8)
+        clock.optimizer_done(SGD, t + 8, t + 9)
+        t += 9
+    assert len(steps(clock)) == 4
 
 
 def test_buffer_is_bounded_and_counts_drops() -> None:
-    from gpudoctor.probe import steps as steps_module
+    from gpudoctor.probe import clock as clock_module
 
     clock = StepClock()
-    limit = steps_module.MAX_BUFFERED_STEPS
+    limit = clock_module.MAX_BUFFERED_STEPS
     training_loop(clock, limit + 50)
     clock.finish()
     assert len(clock.out) == limit
@@ -132,11 +206,12 @@ def sampled_loop(clock: StepClock, n: int, step_ns: int = 10) -> None:
     for _ in range(n):
         if countdown <= 0:
             clock.loader_batch(t, t + 2, 32)
-            clock.forward_start(t + 2)
+            clock.forward_start(t + 2, MODEL)
             clock.forward_end(t + 2, t + 5)
             clock.backward_done(t + 5, t + 9)
-            clock.optimizer_done(t + 9, t + step_ns, lead=True)
-            countdown, deadline = clock.plan_next(t + step_ns)
+            clock.optimizer_done(ADAM, t + 9, t + step_ns)
+            if clock.closer == ADAM:
+                countdown, deadline = clock.plan_next(t + step_ns)
         else:
             ends.append(t + step_ns)
             countdown -= 1
@@ -176,3 +251,13 @@ def test_without_sampling_every_step_is_detailed() -> None:
     clock = StepClock()
     training_loop(clock, 100)
     assert all(s["detail"] == 1 for s in steps(clock))
+
+
+def test_a_reset_clock_starts_from_nothing() -> None:
+    """A forked child's clock: nothing of its parent's steps, cycle or buffer."""
+    clock = StepClock()
+    training_loop(clock, 30)
+    clock.reset()
+    assert (clock.index, clock.ends_seen, len(clock.take()), clock.closer) == (0, 0, 0, None)
+    training_loop(clock, 3)
+    assert len(steps(clock)) == 3

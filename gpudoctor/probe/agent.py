@@ -1,35 +1,36 @@
-"""The probe's hooks and their owner.
+"""The probe's agent: what the hook groups share.
+
+It owns the channel to the doctor, the step clock, the counter page, the facts, the
+errors and limits, the flush thread, and what a forked child starts with. The hooks
+themselves live in one small class per group (models.py, loader.py, autograd.py,
+optim.py, cuda.py, args.py), attached once torch is imported (or, for argparse, at
+start-up), each with its own state.
 
 Promises (each has a test): it never blocks the job (a daemon thread sends batches
 with non-blocking datagrams; buffers are bounded, overflow is dropped and counted); it
 never changes the job's results (hooks observe and return what they were given); if
 the doctor dies, the sends fail and the probe goes dormant; its own failures are
-swallowed and reported once.
+swallowed, reported once, and switch the failing group off.
 """
 
 from __future__ import annotations
 
 import atexit
-import contextlib
 import json
 import os
 import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from . import ENV_OVERRIDES, ENV_SOCKET, protocol
 from .channel import Channel
+from .clock import END_NAMES, StepClock
+from .page import LAST_END, ROWS_DROPPED, ROWS_SENT, STEPS, CounterPage
 from .profile import Profiling
-from .steps import StepClock
 
 FLUSH_INTERVAL_S = 0.25
-# Global module hooks cost ~3 us per module call: they only find the root modules
-# (the first few steps), then give way to hooks on those roots alone.
-DISCOVERY_STEPS = 3
-DISCOVERY_MAX_CALLS = 5000
-MAX_DISTINCT_SHAPES = 8
 
 OOM_CLASS_NAMES = ("OutOfMemoryError",)
 OOM_MESSAGES = (
@@ -56,7 +57,18 @@ def is_oom(exc: BaseException) -> bool:
     return any(pattern in text for pattern in OOM_MESSAGES)
 
 
-class Probe:
+class Group(Protocol):
+    """A group of hooks: installed once, switched off for good after a failure of its
+    own, and asked for its facts at each flush (from the flush thread)."""
+
+    name: str
+
+    def disable(self) -> None: ...
+
+    def facts(self) -> dict[str, Any]: ...
+
+
+class Agent:
     def __init__(self, socket_path: str) -> None:
         self.socket_path = socket_path
         self.active = True
@@ -64,107 +76,101 @@ class Probe:
         self.profiling = Profiling()
         self.torch: Any = None
         self.lock = threading.Lock()
-        # The hooks a counted step does without (see steps.py, sampling): each part is
-        # (attach, detach), registered by the hooks that own it; kept across a fork.
+        self.clock = StepClock()
+        self.channel = Channel(socket_path)
+        self.page = CounterPage(os.path.dirname(socket_path))
+        self.groups: list[Group] = []
+        # The hooks a counted step does without (see clock.py, sampling): each part is
+        # (on, off), registered by the group that owns it; kept across a fork.
         self.detail = True
         self.detail_parts: list[tuple[Callable[[], None], Callable[[], None]]] = []
+        # the models group's look for new root modules (cheap when nothing is new)
+        self.discover: Callable[[], None] = lambda: None
         self._fresh()
 
     def _fresh(self) -> None:
-        self.channel = Channel(self.socket_path)
-        self.clock = StepClock()
         self.facts: dict[str, Any] = {}
-        self.facts_dirty = False
+        self.changed_facts: set[str] = set()  # sent at the next flush (only those)
         self.reported_errors: set[str] = set()
         self.unsent_errors: list[str] = []
+        self.limits: list[str] = []
         self.flusher: threading.Thread | None = None
         self.seq = 0
         self.ended = False
-        # counters read by the flush thread
-        self.forwards_total = 0
-        self.forwards_grad = 0
-        self.autocast_seen = False
-        self.backwards = 0
-        self.optimizer_steps = 0
-        self.shapes: set[tuple[int, ...]] = set()
-        self.last_shape: Any = None
-        self.loader_batches: dict[int, int] = {}
-        # forward bookkeeping
-        self.roots: dict[int, Any] = {}
-        self.depth = 0
-        self.root_depth = 0
-        self.fwd_t0 = 0
-        self.opt_t0 = 0
-        self.lead_optimizer: int | None = None
-        # sampling: the ends of the steps only counted, how many more to count, and by when
+        # counted steps (sampling): their ends, how many more to count, and by when
         self.counted_ends: list[int] = []
         self.countdown = 0
         self.deadline = 0
-        self.global_hooks: list[Any] = []
-        self.discovery_calls = 0
-        self.device_type = "cpu"
-        self.device_index: int | None = None
-        self.in_sync = False
+        self.optimizer_steps = 0
+        self.backwards = 0
 
-    # -- bookkeeping shared by the hooks --------------------------------------------
+    # -- bookkeeping shared by the groups ----------------------------------------------------
 
     def fact(self, key: str, value: Any) -> None:
         if self.facts.get(key) != value:
             self.facts[key] = value
-            self.facts_dirty = True
+            self.changed_facts.add(key)
 
-    def error(self, where: str, exc: BaseException) -> None:
-        """A failure of ours: swallowed, reported once per place."""
+    def error(self, where: str, exc: BaseException, group: Group | None = None) -> None:
+        """A failure of ours: swallowed, reported once per place; the group it came from
+        is switched off (it does less from now on, the job goes on)."""
+        off = ""
+        if group is not None:
+            off = f" ({group.name} hooks switched off)"
+            try:
+                group.disable()
+            except Exception as inner:
+                off = f" ({group.name} hooks: switching them off failed too: {inner})"
         if where not in self.reported_errors:
             self.reported_errors.add(where)
-            self.unsent_errors.append(f"{where}: {type(exc).__name__}: {exc}"[:300])
+            self.unsent_errors.append(f"{where}: {type(exc).__name__}: {exc}{off}"[:300])
             self.touch()
 
-    def fact_list_add(self, key: str, item: Any) -> list[Any]:
-        items = list(self.facts.get(key, []))
-        if item not in items:
-            items.append(item)
-        return items
-
-    def go_discovered(self) -> None:
-        """The roots are known: drop the global module hooks, keep the roots' own."""
-        for handle in self.global_hooks:
-            with contextlib.suppress(Exception):
-                handle.remove()
-        self.global_hooks = []
-        self.depth = 0
-        self.clock.sampling = True
-
-    def end_counting(self) -> None:
-        """The counted steps are over: hand their ends to the clock, measure the next."""
-        ends, self.counted_ends = self.counted_ends, []
-        self.optimizer_steps += len(ends)
-        self.clock.counted(ends)
-        self.measure_next_step(True)
+    def limit(self, text: str) -> None:
+        """Something the probe does not measure, or measures less well, and why."""
+        if text not in self.limits:
+            self.limits.append(text)
+            self.fact("limits", list(self.limits))
 
     def measure_next_step(self, detail: bool) -> None:
         """Switch the per-step hooks on for a step measured in detail, off for a counted
         one: off, they are not there at all (the originals are back in place), so a
-        counted step runs only the optimizer's post-step hook. Switching is a few dict
-        and attribute assignments: registering hooks anew costs tens of microseconds."""
+        counted step runs only the optimizer's step wrapper and the root modules' call
+        patch, each returning at once. Switching is a few attribute assignments:
+        registering hooks anew costs tens of microseconds."""
         if detail == self.detail:
             return
         self.detail = detail
-        for attach, detach in self.detail_parts:
+        for on, off in self.detail_parts:
             try:
-                attach() if detail else detach()
+                on() if detail else off()
             except Exception as exc:
                 self.error("sampling", exc)
 
+    def end_counting(self) -> None:
+        """The counted steps are over: hand their ends to the clock, measure the next."""
+        ends, self.counted_ends = self.counted_ends, []
+        self.clock.counted(ends)
+        self.measure_next_step(True)
+
+    def note_steps(self) -> None:
+        """Mirror the clock's count in the counter page (on steps measured in detail)."""
+        values = self.page.values
+        values[STEPS] = self.clock.ends_seen + len(self.counted_ends)
+        if self.clock.last_end is not None:
+            values[LAST_END] = self.clock.last_end
+
     def touch(self) -> None:
-        """First activity starts the flush thread (processes that never train send nothing)."""
+        """First activity starts the flush thread and maps the counter page (processes
+        that never train send nothing)."""
         if self.flusher is None and self.active:
+            self.page.open()
             self.flusher = threading.Thread(
                 target=self._flush_loop, name="gpudoctor-probe", daemon=True
             )
             self.flusher.start()
 
-    # -- sending --------------------------------------------------------------------
+    # -- sending ----------------------------------------------------------------------------
 
     def _flush_loop(self) -> None:
         while self.active:
@@ -174,11 +180,10 @@ class Probe:
                 self.go_dormant()
 
     def go_dormant(self) -> None:
-        """The doctor is gone: every hook returns at once from now on."""
+        """The doctor is gone: the per-step hooks come out (the originals back in place)
+        and the others return at once from now on."""
         self.active = False
-        self.go_discovered()
-        self.lead_optimizer = None  # a counted step's hook checks nothing else
-        self.measure_next_step(True)  # the hooks back in place, each returning at once
+        self.measure_next_step(False)
 
     def flush(self, end: dict[str, Any] | None = None) -> None:
         if not self.lock.acquire(timeout=1.0):
@@ -193,22 +198,20 @@ class Probe:
     def _flush_locked(self, end: dict[str, Any] | None) -> None:
         if self.channel.dead:
             return
-        # each part on its own: whatever breaks, the rest (and the errors) still go out
-        try:
-            self._refresh_facts()
-        except Exception as exc:
-            self.error("facts", exc)
+        for group in list(self.groups):  # each on its own: whatever breaks, the rest goes
+            try:
+                for key, value in group.facts().items():
+                    self.fact(key, value)
+            except Exception as exc:
+                self.error(f"{group.name}-facts", exc)
+        self.fact("optimizer_steps", self.optimizer_steps)
+        self.fact("step_mode", END_NAMES[self.clock.level])
         try:
             steps = self.clock.take()
         except Exception as exc:
             steps = []
             self.error("take", exc)
-        gauges = self._gauges()
-        try:
-            dropped = int(self.clock.dropped) + self.channel.dropped_messages
-        except Exception as exc:
-            dropped = self.channel.dropped_messages
-            self.error("dropped", exc)
+        dropped = int(self.clock.dropped) + self.channel.dropped_rows
         chunks = [
             steps[i : i + protocol.MAX_STEPS_PER_MESSAGE]
             for i in range(0, len(steps), protocol.MAX_STEPS_PER_MESSAGE)
@@ -219,9 +222,10 @@ class Probe:
             if chunk:
                 message["steps"] = chunk
             if last:
-                if self.facts_dirty:
-                    message["facts"] = dict(self.facts)
-                    self.facts_dirty = False
+                if self.changed_facts:
+                    changed, self.changed_facts = self.changed_facts, set()
+                    message["facts"] = {k: self.facts[k] for k in changed if k in self.facts}
+                gauges = self.cuda_gauges()
                 if gauges:
                     message["gauges"] = gauges
                 if self.unsent_errors:
@@ -232,35 +236,24 @@ class Probe:
                     message["end"] = end
             if len(message) > 3 or chunk:
                 self.seq += 1
-                self.channel.send(message)
+                if not self.channel.send(message, rows=len(chunk)) and not self.channel.dead:
+                    # the doctor's queue is full: facts and errors go again next time
+                    # (sent only when they change); the rows are counted as dropped
+                    self.changed_facts.update(message.get("facts", ()))
+                    self.unsent_errors[:0] = message.get("errors", [])
+        values = self.page.values
+        values[ROWS_SENT] = self.channel.rows_sent
+        values[ROWS_DROPPED] = dropped
 
-    def _refresh_facts(self) -> None:
+    def cuda_gauges(self) -> dict[str, Any]:
+        """The CUDA caching allocator's gauges, on a job that uses CUDA."""
         torch = self.torch
-        self.fact("forwards", self.forwards_total)
-        self.fact("forwards_with_grad", self.forwards_grad)
-        self.fact("autocast_seen", self.autocast_seen)
-        self.fact("backwards", self.backwards)
-        self.fact("optimizer_steps", self.optimizer_steps)
-        self.fact("input_shapes", sorted(list(s) for s in self.shapes))
-        self.fact(
-            "step_mode", ("", "forward", "dataloader", "backward", "optimizer")[self.clock.rank]
-        )
-        if self.loader_batches:
-            self.fact("dataloader_batches", {str(k): v for k, v in self.loader_batches.items()})
-        if torch is not None:
-            try:
-                self.fact("cudnn_benchmark", bool(torch.backends.cudnn.benchmark))
-            except Exception as exc:
-                self.error("cudnn", exc)
-
-    def _gauges(self) -> dict[str, Any]:
-        torch = self.torch
-        if torch is None or self.device_type != "cuda":
+        if torch is None or not self.facts.get("cuda_initialized"):
             return {}
         try:
             if not torch.cuda.is_initialized():
                 return {}
-            dev = self.device_index or 0
+            dev = torch.cuda.current_device()
             stats = torch.cuda.memory_stats(dev)
             if "cuda_total_bytes" not in self.facts:
                 props = torch.cuda.get_device_properties(dev)
@@ -279,7 +272,7 @@ class Probe:
             self.error("cuda-memory", exc)
             return {}
 
-    # -- the end ----------------------------------------------------------------------
+    # -- the end -------------------------------------------------------------------------
 
     def at_exit(self) -> None:
         if self.ended:
@@ -290,6 +283,7 @@ class Probe:
                 if self.counted_ends:
                     self.end_counting()
                 self.clock.finish()
+                self.note_steps()
             except Exception as exc:
                 self.error("finish", exc)
             end: dict[str, Any] = {"t": now()}
@@ -305,12 +299,24 @@ class Probe:
         self.channel.close()
 
     def after_fork_in_child(self) -> None:
-        """A forked child (a DataLoader worker, say) starts with nothing to send."""
+        """A forked child (a DataLoader worker, a process of a sweep) starts with nothing
+        to send and a counter page of its own."""
         self._fresh()
+        self.clock.reset()
+        self.page.after_fork()
+        self.channel.reopen()
+        for group in self.groups:
+            reset = getattr(group, "after_fork", None)
+            if reset is not None:
+                try:
+                    reset()
+                except Exception as exc:
+                    self.error(f"{group.name}-fork", exc, group)
+        self.detail = False  # so that measure_next_step re-attaches every part
         self.measure_next_step(True)
 
 
-PROBE: Probe | None = None
+AGENT: Agent | None = None
 
 
 def read_overrides() -> dict[str, Any]:
@@ -326,14 +332,14 @@ def read_overrides() -> dict[str, Any]:
 
 
 def arm() -> None:
-    global PROBE
+    global AGENT
     path = os.environ.get(ENV_SOCKET)
-    if not path or PROBE is not None:
+    if not path or AGENT is not None:
         return
-    probe = Probe(path)
-    PROBE = probe
-    from . import hooks
+    agent = Agent(path)
+    AGENT = agent
+    from . import boot
 
-    hooks.install_boot(probe)
-    atexit.register(probe.at_exit)
-    os.register_at_fork(after_in_child=probe.after_fork_in_child)
+    boot.install(agent)
+    atexit.register(agent.at_exit)
+    os.register_at_fork(after_in_child=agent.after_fork_in_child)

@@ -3,7 +3,7 @@
 
 Asked at launch (`gpudoctor run --profile-steps N`: env GPUDOCTOR_PROFILE_STEPS, after
 the warm-up) or later (the TUI's `p`: the doctor writes N into the file named by
-GPUDOCTOR_CONTROL, which the probe looks for at most twice a second, on a step measured
+GPUDOCTOR_CONTROL, which the agent looks for at most twice a second, on a step measured
 in detail). The result is the guide's `key_averages()` table, top operators by device
 time (CPU time on a CPU job), sent as the fact "profile"; a Chrome trace is written only
 when GPUDOCTOR_PROFILE_TRACE names a file.
@@ -23,7 +23,7 @@ TOP_OPERATORS = 15
 
 
 class Profiling:
-    """The probe's profiling state; `step_ended()` is called at each lead optimizer step
+    """The agent's profiling state; `step_ended()` is called at each lead optimizer step
     measured in detail (all steps while a capture runs)."""
 
     def __init__(self) -> None:
@@ -39,17 +39,17 @@ class Profiling:
     def running(self) -> bool:
         return self.profiler is not None
 
-    def step_ended(self, probe: Any, t_ns: int, steps_done: int) -> None:
+    def step_ended(self, agent: Any, t_ns: int, steps_done: int) -> None:
         if self.profiler is not None:
             self.left -= 1
             if self.left <= 0:
-                self._finish(probe)
+                self._finish(agent)
             return
         if self.control is not None and t_ns >= self.next_check_ns:
             self.next_check_ns = t_ns + CONTROL_EVERY_NS
             self._read_control()
         if self.pending and steps_done >= START_AFTER_STEPS:
-            self._start(probe, self.pending)
+            self._start(agent, self.pending)
             self.pending = None
 
     def _read_control(self) -> None:
@@ -62,29 +62,29 @@ class Profiling:
             return
         self.pending = _int(text.strip()) or self.pending
 
-    def _start(self, probe: Any, steps: int) -> None:
-        torch = probe.torch
+    def _start(self, agent: Any, steps: int) -> None:
+        torch = agent.torch
         activities = [torch.profiler.ProfilerActivity.CPU]
-        if probe.device_type == "cuda":
+        if str(agent.facts.get("device", "cpu")).startswith("cuda"):
             activities.append(torch.profiler.ProfilerActivity.CUDA)
         profiler = torch.profiler.profile(activities=activities)
         profiler.__enter__()
         self.profiler = profiler
         self.left = steps
-        probe.fact("profile_status", {"state": "running", "steps": steps})
+        agent.fact("profile_status", {"state": "running", "steps": steps})
 
-    def _finish(self, probe: Any) -> None:
+    def _finish(self, agent: Any) -> None:
         profiler, self.profiler = self.profiler, None
         profiler.__exit__(None, None, None)
         self.captures += 1
         table = summarize(profiler.key_averages())
-        steps = probe.facts.get("profile_status", {}).get("steps")
+        steps = agent.facts.get("profile_status", {}).get("steps")
         result = {"capture": self.captures, "steps": steps, **table}
         if self.trace:
             profiler.export_chrome_trace(self.trace)
             result["trace"] = self.trace
-        probe.fact("profile", result)
-        probe.fact("profile_status", {"state": "done", "steps": steps})
+        agent.fact("profile", result)
+        agent.fact("profile_status", {"state": "done", "steps": steps})
 
 
 def summarize(averages: Any) -> dict[str, Any]:

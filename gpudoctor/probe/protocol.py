@@ -1,4 +1,5 @@
-"""The wire format between the probe and the doctor: one JSON object per datagram.
+"""The wire format between the probe and the doctor: one JSON object per datagram, and
+a page of counters per process in shared memory.
 
 Shared by both sides; standard library only.
 """
@@ -28,3 +29,22 @@ STEP_FIELDS_V1_0 = len(STEP_FIELDS) - 1
 
 # A datagram stays well under the default Unix socket send buffer (about 208 KiB).
 MAX_STEPS_PER_MESSAGE = 400
+
+# The counter page: a file of PAGE_BYTES per process (`page-PID` in the folder of the
+# doctor's socket), memory-mapped by the probe, which writes the counters as the job
+# steps. The doctor reads it whenever it likes: the counts are exact even when the job
+# dies by a signal, leaves with os._exit (a forked child) or the doctor stalls and rows
+# are lost on the way. Native signed 64-bit integers (both sides share the machine):
+PAGE_FIELDS = (
+    "magic",
+    "version",
+    "pid",
+    "steps",  # steps ended so far (the last one may still be emitted)
+    "last_end_ns",  # when the last counted step ended (time.monotonic_ns)
+    "rows_sent",  # step rows the probe handed to the socket
+    "rows_dropped",  # step rows it had to drop (its buffer full, the socket full)
+)
+PAGE_MAGIC = 0x3170_6774_6F64_6770
+PAGE_VERSION = 1
+PAGE_BYTES = 4096
+PAGE_PREFIX = "page-"

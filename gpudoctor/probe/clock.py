@@ -1,0 +1,324 @@
+"""Step boundaries from the events the hooks report (pure bookkeeping, no torch).
+
+A step ends at the strongest kind of end event the job has shown so far:
+
+- an optimizer's `step()` (END_OPTIMIZER). Jobs step one optimizer or several (a GAN's
+  discriminator and generator, an encoder and a decoder), and may train one model after
+  another: the optimizers that step in one iteration form a cycle, learnt from the
+  order they step in. When an optimizer steps a second time before the cycle closed,
+  the step ended at the optimizer step before it, and that one is the cycle's closer;
+  from then on each step ends at the closer's `step()`. A new cycle (the next model in
+  a sequence) is learnt the same way.
+- else the end of `backward()` (END_BACKWARD), held back until an optimizer step shows
+  up (then they were micro-steps of gradient accumulation, merged into it) or until
+  PROVISIONAL_STEPS passed without one (a hand-written update: they were steps);
+- else a DataLoader batch (END_LOADER: the next batch starts the next step) or a root
+  module's forward (END_FORWARD: a step calls each root once, so the next call of a
+  root already called starts the next step; a teacher and a student, or an encoder and
+  a decoder, make one step), for inference.
+
+Everything between two step ends belongs to the later step.
+
+Sampling: once a job's steps end at its optimizers and the first FULL_STEPS are behind
+it, only one step in SAMPLE_EVERY (and at least one every SAMPLE_MAX_GAP_NS) is measured
+in detail (data wait, forward/backward/optimizer split, batch size); the others are only
+counted and timed at the closer's step, which is all that runs for them. Each row says
+which kind it is (`detail`). This keeps the probe inside its budget on short steps
+(DESIGN.md section 7: <= 20 us per step; bench/RESULTS.md has the measurements).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+END_FORWARD = 1
+END_LOADER = 2
+END_BACKWARD = 3
+END_OPTIMIZER = 4
+END_NAMES = ("", "forward", "dataloader", "backward", "optimizer")
+
+MAX_BUFFERED_STEPS = 20000  # bounded: when the doctor cannot keep up, drop and count
+# See the module's docstring: backward() steps held back until an optimizer shows up.
+PROVISIONAL_STEPS = 64
+# Sampling (see the module's docstring). Every step is measured in detail until then.
+FULL_STEPS = 20
+SAMPLE_EVERY = 32
+SAMPLE_MAX_GAP_NS = 500_000_000
+
+# The additive parts of a step, in row order after index, end and wall.
+PARTS = ("loader", "outside", "forward", "backward", "optimizer", "forwards")
+
+
+class StepClock:
+    """Turns hook events into step rows (protocol.STEP_FIELDS). Its counters are read
+    by the probe's flush thread; `ends_seen` (steps ended, held or about to end) is what
+    the probe mirrors in its shared counter page."""
+
+    def __init__(self) -> None:
+        self.out: deque[tuple[int, ...]] = deque()
+        self.reset()
+
+    def reset(self) -> None:
+        """A fresh clock (a forked child starts with nothing of its parent's)."""
+        self.level = 0
+        self.index = 0
+        self.last_end: int | None = None
+        self.pending_end: int | None = None
+        self.step_roots: set[int] = set()
+        self.out.clear()
+        self.dropped = 0
+        self.held: list[tuple[int, ...]] | None = []
+        self.detail = 1  # the step being measured now is measured in detail
+        self.next_detail = 1  # and the next one will be (decided at this one's end)
+        self.sampling = False  # set by the probe once its per-step hooks can be detached
+        # the optimizer cycle
+        self.cycle: list[int] = []
+        self.closer: int | None = None
+        self.last_opt_end = 0
+        self.before_last_opt: tuple[int, ...] = ()
+        self.batch_after_opt = -1
+        self.nested_at_opt_start = -1  # -1: no optimizer step under way
+        self._zero()
+
+    def _zero(self) -> None:
+        self.loader = 0
+        self.outside = 0
+        self.forward = 0
+        self.backward = 0
+        self.optimizer = 0
+        self.forwards = 0
+        self.batch = -1
+        self.syncs = 0
+        self.pageable = 0
+        self.outside_open = True
+
+    @property
+    def ends_seen(self) -> int:
+        """Steps that ended so far, counting one whose end is known but not yet emitted
+        (a pending end, or an optimizer cycle under way)."""
+        open_step = self.pending_end is not None or (self.level == END_OPTIMIZER and self.cycle)
+        return self.index + (1 if open_step else 0)
+
+    # -- rows -----------------------------------------------------------------------------
+
+    def _parts(self) -> tuple[int, ...]:
+        return (
+            self.loader,
+            self.outside,
+            self.forward,
+            self.backward,
+            self.optimizer,
+            self.forwards,
+            self.batch,
+            self.syncs,
+            self.pageable,
+        )
+
+    def _emit(self, t_end: int, parts: tuple[int, ...]) -> None:
+        start = self.last_end if self.last_end is not None else t_end
+        loader, outside, forward, backward, optimizer, forwards, batch, syncs, pageable = parts
+        row = (
+            self.index,
+            t_end,
+            t_end - start,
+            loader,
+            outside,
+            forward,
+            backward,
+            optimizer,
+            forwards,
+            batch,
+            syncs,
+            pageable,
+            self.detail,
+        )
+        held = self.held
+        if held is not None and self.level == END_BACKWARD:
+            held.append(row)
+            if len(held) > PROVISIONAL_STEPS:
+                self._release()
+        elif len(self.out) < MAX_BUFFERED_STEPS:
+            self.out.append(row)
+        else:
+            self.dropped += 1
+        self.index += 1
+        self.last_end = t_end
+        self.detail = self.next_detail
+        self.step_roots = set()
+
+    def _emit_current(self, t_end: int) -> None:
+        self._emit(t_end, self._parts())
+        self._zero()
+
+    def _release(self) -> None:
+        """The held-back backward() steps were steps after all."""
+        held, self.held = self.held or [], None
+        for row in held:
+            if len(self.out) < MAX_BUFFERED_STEPS:
+                self.out.append(row)
+            else:
+                self.dropped += 1
+
+    def _merge_held(self) -> None:
+        """The first optimizer step: the held-back backward() steps were its micro-steps."""
+        held, self.held = self.held or [], None
+        if not held:
+            return
+        self.index -= len(held)
+        self.last_end = held[0][1] - held[0][2]
+        self.loader += sum(r[3] for r in held)
+        self.outside += sum(r[4] for r in held)
+        self.forward += sum(r[5] for r in held)
+        self.backward += sum(r[6] for r in held)
+        self.optimizer += sum(r[7] for r in held)
+        self.forwards += sum(r[8] for r in held)
+        self.batch = held[0][9] if held[0][9] >= 0 else self.batch
+        self.syncs += sum(r[10] for r in held)
+        self.pageable += sum(r[11] for r in held)
+
+    def finish(self) -> None:
+        """At exit: the step that ended but was not emitted yet still counts."""
+        if self.pending_end is not None:
+            self._emit_current(self.pending_end)
+            self.pending_end = None
+        elif self.level == END_OPTIMIZER and self.cycle:
+            self._emit(self.last_opt_end, self.before_last_opt)
+            self.cycle = []
+        self._release()
+
+    # -- events from the hooks ------------------------------------------------------------
+
+    # The hooks below run in every step measured in detail: each writes out its own
+    # boundary logic (committing a pending end, raising the level) rather than calling a
+    # shared helper, since a call costs more than the work.
+
+    def loader_batch(self, t0: int, t1: int, batch_size: int) -> None:
+        if self.level < END_LOADER:
+            self.level = END_LOADER
+        if self.pending_end is not None:
+            self._emit_current(self.pending_end)
+            self.pending_end = None
+        if self.last_end is None:
+            self.last_end = t0
+        self.loader += t1 - t0
+        if self.batch < 0:
+            self.batch = batch_size
+        if self.batch_after_opt < 0 and self.cycle:
+            self.batch_after_opt = batch_size
+
+    def forward_start(self, t: int, root: int = 0) -> None:
+        """A root module's call starts (`root`: which module)."""
+        # A pending end is the step's end when a new step starts here: after a backward
+        # (no optimizer), or at a root this step has called already. With a DataLoader
+        # the next batch decides instead.
+        if self.pending_end is not None and self.level != END_LOADER:
+            if self.level >= END_BACKWARD or root in self.step_roots:
+                self._emit_current(self.pending_end)
+            self.pending_end = None
+        self.step_roots.add(root)
+        if self.last_end is None:
+            self.last_end = t
+        if self.outside_open:
+            self.outside = t - self.last_end
+            self.outside_open = False
+
+    def forward_end(self, t0: int, t1: int) -> None:
+        self.forward += t1 - t0
+        self.forwards += 1
+        if self.level <= END_LOADER:  # inference: the forward's end may end the step
+            if not self.level:
+                self.level = END_FORWARD
+            self.pending_end = t1
+
+    def backward_done(self, t0: int, t1: int) -> None:
+        if self.pending_end is not None:
+            if self.level >= END_BACKWARD:  # no model call since the step ended
+                self._emit_current(self.pending_end)  # (tensor code with no nn.Module)
+            self.pending_end = None  # else the forward's end was not the step's end
+        if self.last_end is None:
+            self.last_end = t0
+        self.backward += t1 - t0
+        if self.level <= END_BACKWARD:
+            self.level = END_BACKWARD
+            self.pending_end = t1
+
+    def optimizer_start(self) -> None:
+        """An optimizer's step() begins: what its closure runs (L-BFGS: forward and
+        backward) is the closure's, not the optimizer's."""
+        self.nested_at_opt_start = self.forward + self.backward
+
+    def optimizer_done(self, key: int, t0: int, t1: int) -> None:
+        """An optimizer (`key`: which one) stepped from t0 to t1."""
+        if self.last_end is None:
+            self.last_end = t0
+        start = self.nested_at_opt_start
+        nested = self.forward + self.backward - start if start >= 0 else 0
+        self.optimizer += max(0, t1 - t0 - nested)
+        self.nested_at_opt_start = -1
+        if self.level < END_OPTIMIZER:
+            if self.held is not None:
+                self._merge_held()
+            self.pending_end = None  # a weaker end inside this step was not its end
+            self.level = END_OPTIMIZER
+        if key in self.cycle:  # the cycle closed at the optimizer step before this one
+            self.closer = self.cycle[-1]
+            done = self.before_last_opt
+            now = self._parts()
+            rest = [a - b for a, b in zip(now, done, strict=True)]
+            rest[6] = self.batch_after_opt  # the batch is not a sum: the one seen since
+            self._emit(self.last_opt_end, done)
+            (
+                self.loader,
+                self.outside,
+                self.forward,
+                self.backward,
+                self.optimizer,
+                self.forwards,
+                self.batch,
+                self.syncs,
+                self.pageable,
+            ) = rest
+            self.cycle = []
+        self.cycle.append(key)
+        if key == self.closer:
+            self._emit_current(t1)
+            self.cycle = []
+        else:
+            self.last_opt_end = t1
+            self.before_last_opt = self._parts()
+            self.batch_after_opt = -1
+
+    def plan_next(self, t_end: int) -> tuple[int, int]:
+        """At the end of a step measured in detail: how many steps to only count before
+        the next detailed one, and the time by which it starts at the latest."""
+        if (
+            not self.sampling
+            or self.index < FULL_STEPS
+            or self.held is not None
+            or self.closer is None
+            or self.cycle
+        ):
+            return 0, t_end
+        self.next_detail = 0
+        self.detail = 0
+        return SAMPLE_EVERY - 1, t_end + SAMPLE_MAX_GAP_NS
+
+    def counted(self, ends: list[int]) -> None:
+        """The ends of the steps that were only counted (the probe collects them in its
+        optimizer hook, the cheapest place there is); the step after them is detailed."""
+        for t in ends:
+            self._emit_current(t)
+        self.next_detail = 1
+        self.detail = 1
+
+    def take(self) -> list[tuple[int, ...]]:
+        """Called from the flush thread: deque pops are atomic, nothing is lost."""
+        out = []
+        pop = self.out.popleft
+        while self.out:
+            out.append(pop())
+        return out
+
+    def state(self) -> dict[str, Any]:
+        return {"level": END_NAMES[self.level], "steps": self.index}

@@ -1,0 +1,265 @@
+"""The model hooks: which modules are the job's roots, and their calls timed.
+
+A root is a module with parameters that the training loop calls itself, not from
+inside another module: the model, its DDP or compiled wrapper, a GAN's two halves.
+The probe learns of modules from torch's global registration tables (a submodule or a
+parameter assigned to a module: `_global_module_registration_hooks`,
+`_global_parameter_registration_hooks`, entered under a key of the probe's own so that
+no hook handle's id moves) and from unpickling and deepcopy (`Module.__setstate__`);
+nothing is put in any module's own hook tables.
+
+The class of each such module gets a ClassPatch on `__call__` (invisible.py) at once,
+so that the very first call is seen: a call at depth 0 in the training thread is a
+root's, and is timed; nested calls, calls while torch compiles or traces, and calls on
+steps that are only counted get the original. DISCOVERY_STEPS steps after the last new
+module, the classes that no root belongs to lose their patch again: their nested calls
+then cost nothing at all.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+import weakref
+from typing import Any
+
+from .agent import Agent
+from .invisible import ClassPatch, RootCall, drop_own_frame, tracing_checks, unseen
+
+# The probe's key in torch's global registration tables (handles count up from 0).
+KEY = -0x6770_6471
+MAX_DISTINCT_SHAPES = 8
+# Steps after the last new patch that a class keeps it (see the docstring); and how many
+# times a class is patched again after losing its patch (a job may build modules every
+# step: its classes must not stay patched, nor keep the window open, for ever).
+DISCOVERY_STEPS = 3
+MAX_PATCHES_PER_CLASS = 3
+
+now = time.monotonic_ns
+
+
+class ModelHooks:
+    name = "models"
+
+    def __init__(self, agent: Agent, torch: Any) -> None:
+        self.agent = agent
+        self.torch = torch
+        self.busy = tracing_checks(torch)
+        self.enabled = True
+        self.patched_times: dict[type, int] = {}
+        self.discovery_until = 0
+        self.roots: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+        self.patches: list[ClassPatch] = []
+        self.provisional: list[ClassPatch] = []
+        self.verdicts: dict[int, tuple[Any, bool]] = {}
+        self.described: set[int] = set()
+        self.depth = 0
+        self.device_type = "cpu"
+        self.forwards = 0
+        self.forwards_with_grad = 0
+        self.autocast_seen = False
+        self.shapes: set[tuple[int, ...]] = set()
+        self.last_shape: Any = None
+        self.root_names: list[str] = []
+        self.timed = self._make_timed()
+
+        from torch.nn.modules import module as mod
+
+        mod._global_module_registration_hooks[KEY] = self._on_registration
+        mod._global_parameter_registration_hooks[KEY] = self._on_registration
+        self.tables = (
+            mod._global_module_registration_hooks,
+            mod._global_parameter_registration_hooks,
+        )
+        setstate = ClassPatch(
+            mod.Module, "__setstate__", unseen(self._setstate), lambda m: self.enabled, self.busy
+        )
+        setstate.thread = None
+        setstate.install()
+        self.setstate = setstate
+        agent.discover = self.discover
+
+    # -- learning of modules ----------------------------------------------------------------
+
+    def _on_registration(self, module: Any, name: str, value: Any) -> None:
+        """torch calls this when a submodule or parameter is assigned to `module`."""
+        if self.enabled and not self.busy():
+            try:
+                cls = type(module)
+                times = self.patched_times.get(cls, 0)
+                if times < MAX_PATCHES_PER_CLASS and self._patch(cls):
+                    self.patched_times[cls] = times + 1
+                    self.discovery_until = self.agent.clock.index + DISCOVERY_STEPS
+            except Exception as exc:
+                self.agent.error("models-registration", exc, self)
+
+    def _setstate(self, module: Any, state: Any) -> None:
+        """Module.__setstate__: a module unpickled (torch.load) or deep-copied."""
+        try:
+            self.setstate.original(module, type(module))(state)
+        except BaseException as exc:
+            drop_own_frame(exc)
+            raise
+        self._on_registration(module, "", None)
+
+    def discover(self, from_flush_thread: bool = False) -> None:
+        """DISCOVERY_STEPS steps after the last new module: the classes that no root
+        belongs to lose their patch. From the flush thread only while torch is not
+        compiling (a class never changes under Dynamo's eyes)."""
+        if not self.provisional or self.agent.clock.index < self.discovery_until:
+            return
+        if from_flush_thread and self.busy():
+            return
+        try:
+            root_classes = {type(m) for m in list(self.roots.values())}
+            for patch in list(self.provisional):
+                if not any(issubclass(c, patch.owner) for c in root_classes):
+                    patch.remove()
+                    self.patches.remove(patch)
+            self.provisional = []
+        except Exception as exc:
+            self.agent.error("models-discovery", exc, self)
+
+    def _patch(self, cls: type) -> bool:
+        """A provisional patch on `cls.__call__`; False when none was put there."""
+        if isinstance(inspect.getattr_static(cls, "__call__", None), ClassPatch):
+            return False  # it, or a class it inherits from, is patched already
+        patch = RootCall(cls, self.timed, self._wanted, self.busy, self)
+        try:
+            if not patch.install():
+                return False  # somebody else's __call__ is there now: theirs stays
+        except (TypeError, AttributeError) as exc:
+            self.agent.limit(f"calls of {cls.__name__} are not timed ({exc})")
+            return False
+        self.patches.append(patch)
+        self.provisional.append(patch)
+        return True
+
+    # -- timing a root's call -------------------------------------------------------------
+
+    def _wanted(self, module: Any) -> bool:
+        """A call to time: at depth 0, on a step measured in detail, of a module with
+        parameters (a model, not a parameter-free transform the loop calls)."""
+        agent = self.agent
+        if self.depth or not agent.detail or not agent.active or not self.enabled:
+            return False
+        verdict = self.verdicts.get(id(module))
+        if verdict is None or verdict[0]() is not module:
+            try:
+                has = next(module.parameters(), None) is not None
+            except Exception:
+                has = False
+            if len(self.verdicts) > 1024:
+                self.verdicts.clear()
+            verdict = self.verdicts[id(module)] = (weakref.ref(module), has)
+        return verdict[1]
+
+    def _make_timed(self) -> Any:
+        enter, leave = self._enter, self._leave
+
+        def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
+            # What to call, first: class access gives the original whether the class is
+            # patched or not (the group may switch itself off in `enter`).
+            call = type(module).__call__
+            t0 = enter(module, args)
+            try:
+                return call(module, *args, **kwargs)
+            except BaseException as exc:
+                drop_own_frame(exc)
+                raise
+            finally:
+                leave(t0)
+
+        return unseen(__call__)
+
+    def _enter(self, module: Any, args: tuple[Any, ...]) -> int:
+        self.depth = 1
+        t = now()
+        try:
+            agent = self.agent
+            agent.clock.forward_start(t, id(module))
+            self.forwards += 1
+            torch = self.torch
+            if not agent.backwards and torch.is_grad_enabled():  # matters until a backward
+                self.forwards_with_grad += 1
+            if not self.autocast_seen and torch.is_autocast_enabled(self.device_type):
+                self.autocast_seen = True
+            if args:
+                first = args[0]
+                if type(first) is torch.Tensor:
+                    shape = first.shape
+                    if shape != self.last_shape and len(self.shapes) < MAX_DISTINCT_SHAPES:
+                        self.last_shape = shape
+                        self.shapes.add(tuple(shape))
+            if id(module) not in self.described:
+                self.roots[id(module)] = module  # called by the loop itself: a root
+                self._describe(module)
+            if agent.flusher is None:
+                agent.touch()
+        except Exception as exc:
+            self.agent.error("forward", exc, self)
+        return t
+
+    def _leave(self, t0: int) -> None:
+        self.depth = 0
+        try:
+            self.agent.clock.forward_end(t0, now())
+            self.agent.note_steps()
+        except Exception as exc:
+            self.agent.error("forward", exc, self)
+
+    def _describe(self, module: Any) -> None:
+        """The facts of a root, at its first timed call."""
+        self.described.add(id(module))
+        torch = self.torch
+        agent = self.agent
+        name = type(module).__name__
+        names = [name]
+        inner = module.__dict__.get("_modules", {}).get("module") or module.__dict__.get(
+            "_modules", {}
+        ).get("_orig_mod")
+        if inner is not None:
+            names.append(type(inner).__name__)
+        param = next(module.parameters(), None)
+        if param is not None:
+            self.device_type = param.device.type
+            agent.fact("device", str(param.device))
+            agent.fact("param_dtype", str(param.dtype).replace("torch.", ""))
+        conv = torch.nn.modules.conv._ConvNd
+        agent.fact("model", names)
+        agent.fact("compiled", name == "OptimizedModule")
+        agent.fact("data_parallel", name == "DataParallel")
+        agent.fact("ddp", name == "DistributedDataParallel")
+        agent.fact("conv_layers", sum(1 for m in module.modules() if isinstance(m, conv)))
+        agent.fact("leaf_modules", sum(1 for m in module.modules() if not m._modules))
+        agent.fact("parameters", sum(p.numel() for p in module.parameters()))
+        if name not in self.root_names:
+            self.root_names.append(name)
+            agent.fact("root_modules", list(self.root_names))
+
+    # -- the group's life -------------------------------------------------------------------
+
+    def facts(self) -> dict[str, Any]:
+        self.discover(from_flush_thread=True)
+        return {
+            "forwards": self.forwards,
+            "forwards_with_grad": self.forwards_with_grad,
+            "autocast_seen": self.autocast_seen,
+            "input_shapes": sorted(list(s) for s in self.shapes),
+        }
+
+    def after_fork(self) -> None:
+        self.depth = 0
+        self.forwards = self.forwards_with_grad = 0
+        self.described.clear()
+
+    def disable(self) -> None:
+        """Off for good: the tables and classes as they were."""
+        self.enabled = False
+        for table in self.tables:
+            table.pop(KEY, None)
+        self.setstate.remove()
+        for patch in self.patches:
+            patch.remove()
+        self.patches.clear()
+        self.provisional.clear()

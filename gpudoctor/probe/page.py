@@ -1,0 +1,54 @@
+"""The probe's side of the counter page (protocol.PAGE_FIELDS): a memory-mapped file of
+int64 counters that the hot paths write with a single store."""
+
+from __future__ import annotations
+
+import mmap
+import os
+from typing import Any
+
+from . import protocol
+
+STEPS = protocol.PAGE_FIELDS.index("steps")
+LAST_END = protocol.PAGE_FIELDS.index("last_end_ns")
+ROWS_SENT = protocol.PAGE_FIELDS.index("rows_sent")
+ROWS_DROPPED = protocol.PAGE_FIELDS.index("rows_dropped")
+
+
+class CounterPage:
+    """`values` is a plain list until the page opens (no doctor folder, or before the
+    first step), then a memoryview of the mapped file: the hot paths index it either way."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+        self.values: Any = [0] * len(protocol.PAGE_FIELDS)
+        self._map: mmap.mmap | None = None
+
+    def open(self) -> None:
+        """Map this process's page (once; again after a fork). Never raises."""
+        if self._map is not None:
+            return
+        path = os.path.join(self.folder, f"{protocol.PAGE_PREFIX}{os.getpid()}")
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                os.ftruncate(fd, protocol.PAGE_BYTES)
+                mapped = mmap.mmap(fd, protocol.PAGE_BYTES)
+            finally:
+                os.close(fd)
+        except (OSError, ValueError):
+            return  # no doctor folder any more: the counts stay in memory
+        view = memoryview(mapped).cast("q")
+        before = list(self.values)
+        view[protocol.PAGE_FIELDS.index("version")] = protocol.PAGE_VERSION
+        view[protocol.PAGE_FIELDS.index("pid")] = os.getpid()
+        for i in range(STEPS, len(protocol.PAGE_FIELDS)):
+            view[i] = before[i]
+        view[0] = protocol.PAGE_MAGIC  # last: a reader trusts the page from here on
+        self._map = mapped
+        self.values = view
+
+    def after_fork(self) -> None:
+        """A forked child must not write into its parent's page: a fresh one of its own."""
+        self._map = None  # the parent's mapping stays the parent's (not closed here)
+        self.values = [0] * len(protocol.PAGE_FIELDS)

@@ -1,0 +1,139 @@
+"""Training code written the way people write it (tests/compat/), each script run plain
+and under the doctor: the probe must change nothing. Same exit code, same output (each
+script prints its results: losses at full precision, digests of the weights, what
+Dynamo compiled), same stderr (tracebacks and warnings included), and the steps
+counted as the script's header says.
+
+A script's header may say:
+    # launch: torchrun ARGS        run through this launcher (from the same environment)
+    # python: FLAGS                flags for the interpreter (e.g. -W error)
+    # args: ARGS                   the script's own arguments
+    # expect: steps=N[,N...] [exit=CODE]
+                                   steps counted per stepping process (largest first);
+                                   the job's exit code (negative: killed by that signal)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from conftest import PY, env_without_probe
+
+COMPAT = Path(__file__).resolve().parent / "compat"
+SCRIPTS = sorted(p for p in COMPAT.glob("*.py") if not p.name.startswith("_"))
+# Inside a job's own output, what differs from run to run whoever runs it.
+VOLATILE = [
+    (re.compile(r"0x[0-9a-fA-F]+"), "0x?"),
+    (re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ ", re.M), "LOG "),  # glog-style prefix
+    (re.compile(r"/tmp/[\w./-]+"), "/tmp/?"),
+    (re.compile(r"\bpid[ =]\d+", re.I), "pid ?"),
+]
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@dataclass(frozen=True)
+class Spec:
+    command: list[str]
+    steps: list[int]
+    exit: int
+
+
+def spec_of(script: Path) -> Spec:
+    header: dict[str, str] = {}
+    for line in script.read_text().splitlines():
+        if not line.startswith("# "):
+            break
+        key, _, value = line[2:].partition(":")
+        header[key.strip()] = value.strip()
+    expect = dict(item.split("=", 1) for item in header["expect"].split())
+    steps = [int(n) for n in expect["steps"].split(",")] if expect["steps"] != "0" else []
+    args = shlex.split(header.get("args", ""))
+    if "launch" in header:
+        launcher, *launch_args = shlex.split(header["launch"])
+        command = [str(Path(PY).with_name(launcher)), *launch_args, str(script), *args]
+    else:
+        command = [PY, *shlex.split(header.get("python", "")), str(script), *args]
+    return Spec(command, steps, int(expect.get("exit", 0)))
+
+
+def own_streams(out: Path, command: list[str]) -> list[str]:
+    """The job with its stdout and stderr in files of its own (apart from the doctor's)."""
+    return ["sh", "-c", f'exec "$@" >"{out}/stdout" 2>"{out}/stderr"', "sh", *command]
+
+
+def normalized(text: str) -> str:
+    for pattern, replacement in VOLATILE:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def exit_code(returncode: int) -> int:
+    """A signal as Popen reports it (-N) and as the doctor passes it on (128+N), alike."""
+    return -(returncode - 128) if returncode > 128 else returncode
+
+
+# Through the probe's CUDA tensor hooks too (`.item()`, `.cpu()`, `.to()`, printing, ...),
+# which count CPU tensors as well in this mode (gpudoctor/probe/cuda.py): the scripts
+# that compile, export, trace, pickle, warn, raise or run others' training loops.
+TENSOR_HOOK_SCRIPTS = [
+    COMPAT / f"{name}.py"
+    for name in (
+        "compile_model", "compile_fullgraph", "compile_train_step", "compile_optimizer_step",
+        "export_strict", "jit_script_trace", "save_whole_model", "warnings_as_errors",
+        "exception_in_backward", "amp_scaler_accumulation", "dataloader_workers",
+        "hf_trainer", "lightning_fit_predict",
+    )
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)
+def test_the_job_is_the_same_under_the_doctor(script: Path, tmp_path: Path) -> None:
+    same_under_the_doctor(script, tmp_path, {})
+
+
+@pytest.mark.parametrize("script", TENSOR_HOOK_SCRIPTS, ids=lambda p: p.stem)
+def test_the_job_is_the_same_through_the_cuda_tensor_hooks(script: Path, tmp_path: Path) -> None:
+    same_under_the_doctor(script, tmp_path, {"GPUDOCTOR_PROBE_TENSOR_HOOKS": "cpu"})
+
+
+def same_under_the_doctor(script: Path, tmp_path: Path, doctor_env: dict[str, str]) -> None:
+    spec = spec_of(script)
+    plain_dir, doctor_dir = tmp_path / "plain", tmp_path / "doctor"
+    plain_dir.mkdir()
+    doctor_dir.mkdir()
+    report_path = tmp_path / "report.json"
+    plain = subprocess.Popen(
+        own_streams(plain_dir, spec.command), cwd=COMPAT, env=env_without_probe()
+    )
+    doctored = subprocess.run(
+        [PY, "-m", "gpudoctor", "run", "--headless", "--report", str(report_path), "--",
+         *own_streams(doctor_dir, spec.command)],
+        cwd=COMPAT, capture_output=True, text=True, timeout=280,
+        env={**env_without_probe(), **doctor_env},
+    )  # fmt: skip
+    plain.wait(timeout=280)
+    out = {d.name: (d / "stdout").read_text() for d in (plain_dir, doctor_dir)}
+    err = {d.name: normalized((d / "stderr").read_text()) for d in (plain_dir, doctor_dir)}
+    assert exit_code(plain.returncode) == spec.exit, err["plain"][-3000:]
+    assert exit_code(doctored.returncode) == spec.exit, (err["doctor"] + doctored.stderr)[-3000:]
+    assert out["doctor"] == out["plain"]
+    assert err["doctor"] == err["plain"]
+    report = json.loads(report_path.read_text())
+    assert report["probe"]["errors"] == []
+    counted = sorted(report["probe"]["steps_by_process"].values(), reverse=True)
+    assert counted == spec.steps, report["probe"]
+
+
+def test_the_suite_covers_at_least_thirty_scripts_each_with_its_expectations() -> None:
+    assert len(SCRIPTS) >= 30
+    assert all(s in SCRIPTS for s in TENSOR_HOOK_SCRIPTS)
+    for script in SCRIPTS:
+        spec = spec_of(script)  # a script without an `# expect:` line raises here
+        assert str(script) in spec.command, script
