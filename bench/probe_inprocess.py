@@ -1,15 +1,11 @@
-"""Probe overhead inside one process: the same training loop with the probe's hooks
-installed and active, and entirely removed (the originals put back), alternating every
-`--block` steps, so both arms share the interpreter, the allocator, the caches and the
-machine's moment. Trimmed means of each arm's step times (loop_job.trimmed_mean).
+"""Probe overhead inside one process: the same training loop with the probe's hooks in
+place and with the originals put back, alternating every `--block` steps, the job
+timing its own steps. Run by bench/probe_overhead.py, which also starts the probe
+server.
 
-    python bench/probe_inprocess.py --socket PATH [--hidden 128 --batch-size 32] [--steps 8000] [--block 1]
-
-With --block 1 the arms alternate step by step (the least drift, but every switch
-re-patches classes, which costs the interpreter's caches a little on both sides);
-a larger block switches rarely.
-
-Run by bench/probe_overhead.py. Prints JSON.
+What the main thread pays shows in its steps; what the probe's flush thread spends
+(encoding and sending the rows) runs beside them, so it is measured apart: that
+thread's CPU time over the whole run, per step of the probe's arm.
 """
 
 from __future__ import annotations
@@ -27,6 +23,7 @@ PROBE_DIR = Path(__file__).resolve().parent.parent / "gpudoctor" / "probe"
 
 
 def load_probe(socket_path: str) -> Any:
+    """The probe as the boot folder loads it: under its private name, armed."""
     os.environ["GPUDOCTOR_SOCKET"] = socket_path
     spec = importlib.util.spec_from_file_location(
         "_gpudoctor_probe", PROBE_DIR / "__init__.py", submodule_search_locations=[str(PROBE_DIR)]
@@ -36,15 +33,63 @@ def load_probe(socket_path: str) -> Any:
     sys.modules["_gpudoctor_probe"] = module
     spec.loader.exec_module(module)
     module.start()
-    return sys.modules["_gpudoctor_probe.agent"].PROBE
+    return sys.modules["_gpudoctor_probe.agent"].AGENT
 
 
-def unwrapped(fn: Any, name: str) -> Any:
-    """The original behind one of the probe's wrappers (or fn itself: between the steps
-    it measures in detail, the probe has the originals in place)."""
-    if name not in fn.__code__.co_freevars:
-        return fn
-    return fn.__closure__[fn.__code__.co_freevars.index(name)].cell_contents
+class Switch:
+    """The probe's hooks out (the originals back) and in again, as the probe left them:
+    the probe does not run in between, so its state stays as it was."""
+
+    def __init__(self, agent: Any, torch: Any, optimizer: Any) -> None:
+        self.groups = {g.name: g for g in agent.groups}
+        self.autograd = torch.autograd
+        self.opt_cls = type(optimizer)
+        self.saved: dict[str, Any] = {}
+
+    def off(self, only: str = "") -> None:
+        """Every hook out, or `only` one part: "roots" (the root modules' calls) or
+        "step" (the optimizer's step)."""
+        if only:
+            self.only = only
+            if only == "roots":
+                models = self.groups["models"]
+                self.saved = {
+                    "roots": [p for p in models.patches if p.owner.__dict__.get("__call__") is p]
+                }
+                for patch in self.saved["roots"]:
+                    patch.remove()
+            else:
+                self.saved = {"step": self.opt_cls.__dict__["step"]}
+                self.opt_cls.step = self.saved["step"].__wrapped__
+            return
+        self.only = ""
+        models, loader = self.groups["models"], self.groups["dataloader"]
+        self.saved = {
+            "roots": [p for p in models.patches if p.owner.__dict__.get("__call__") is p],
+            "loader": loader.patch.owner.__dict__.get("__next__") is loader.patch,
+            "backward": self.autograd.backward,
+            "step": self.opt_cls.__dict__["step"],
+        }
+        for patch in self.saved["roots"]:
+            patch.remove()
+        loader.patch.remove()
+        self.autograd.backward = self.groups["backward"].original
+        self.opt_cls.step = self.saved["step"].__wrapped__  # torch's own, under the probe's
+
+    def on(self) -> None:
+        if self.only == "roots":
+            for patch in self.saved["roots"]:
+                patch.install()
+            return
+        if self.only:
+            self.opt_cls.step = self.saved["step"]
+            return
+        for patch in self.saved["roots"]:
+            patch.install()
+        if self.saved["loader"]:
+            self.groups["dataloader"].patch.install()
+        self.autograd.backward = self.saved["backward"]
+        self.opt_cls.step = self.saved["step"]
 
 
 def main() -> None:
@@ -55,12 +100,14 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=8000)
     p.add_argument("--device", default="cpu")
     p.add_argument("--block", type=int, default=1)
+    p.add_argument("--detail-every", type=int, default=0, help="the probe's SAMPLE_EVERY")
+    p.add_argument("--only", choices=("roots", "step"), default="", help="switch one part")
     args = p.parse_args()
-    load_probe(args.socket)  # before torch, as the boot folder would
+    agent = load_probe(args.socket)  # before torch, as the boot folder would
+    if args.detail_every:  # what a step measured in detail costs: 1 measures each so
+        sys.modules["_gpudoctor_probe.clock"].SAMPLE_EVERY = args.detail_every
 
     import torch
-    from torch.optim import optimizer as optim_mod
-    from torch.utils.data import dataloader as dl
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from loop_job import make_job, trimmed_mean  # after the probe: torch must load under it
@@ -89,42 +136,13 @@ def main() -> None:
         if device.type == "cuda":
             torch.cuda.synchronize()
 
-    for _ in range(40):  # warm-up: the probe finds the root module, drops its global hooks,
-        # and has measured its first steps in full (FULL_STEPS)
+    for _ in range(40):  # warm-up: the probe finds the root module, drops the patches it
+        # no longer needs, and has measured its first steps in full (FULL_STEPS)
         step()
 
-    # The two states: the probe's hooks in place, or the originals back. The probe
-    # switches its own hooks on and off between the steps it measures in detail and
-    # those it only counts: switching it off saves everything as the probe left it,
-    # switching it on puts that back (the probe does not run in between).
-    it_cls = dl._BaseDataLoaderIter
-    plain_next = unwrapped(it_cls.__next__, "original_next")
-    plain_backward = unwrapped(torch.autograd.backward, "original")
-    tables = {
-        "opt_pre": optim_mod._global_optimizer_pre_hooks,
-        "opt_post": optim_mod._global_optimizer_post_hooks,
-        "module_pre": model._forward_pre_hooks,
-        "module_post": model._forward_hooks,
-        "module_post_always": model._forward_hooks_always_called,
-    }
-    saved: dict[str, Any] = {}
-
-    def install(on: bool) -> None:
-        if on:
-            it_cls.__next__ = saved["next"]
-            torch.autograd.backward = saved["backward"]
-            for key, table in tables.items():
-                table.clear()
-                table.update(saved[key])
-        else:
-            saved["next"] = it_cls.__next__
-            saved["backward"] = torch.autograd.backward
-            it_cls.__next__ = plain_next
-            torch.autograd.backward = plain_backward
-            for key, table in tables.items():
-                saved[key] = dict(table)
-                table.clear()
-
+    switch = Switch(agent, torch, optimizer)
+    flusher_clock = time.pthread_getcpuclockid(agent.flusher.ident)
+    flusher_start = time.clock_gettime(flusher_clock)
     arms: dict[str, dict[str, list[float]]] = {
         "probe": {"wall": [], "cpu": []},
         "none": {"wall": [], "cpu": []},
@@ -133,14 +151,21 @@ def main() -> None:
     for i in range(2 * args.steps):
         arm = "probe" if (i // args.block) % 2 == 0 else "none"
         if arm != current:
-            install(arm == "probe")
+            switch.on() if arm == "probe" else switch.off(args.only)
             current = arm
         t, c = time.perf_counter(), time.thread_time()
         step()
         arms[arm]["wall"].append(time.perf_counter() - t)
         arms[arm]["cpu"].append(time.thread_time() - c)
-    install(True)
-    print(json.dumps({a: {k: trimmed_mean(v) for k, v in d.items()} for a, d in arms.items()}))
+    if current == "none":
+        switch.on()
+    agent.flush()
+    flusher_s = time.clock_gettime(flusher_clock) - flusher_start
+    result: dict[str, Any] = {
+        a: {k: trimmed_mean(v) for k, v in d.items()} for a, d in arms.items()
+    }
+    result["flusher_cpu_per_step_s"] = flusher_s / len(arms["probe"]["wall"])
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":
