@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gpudoctor.session import probe_env  # noqa: E402
+from gpudoctor.jobs import probe_env  # noqa: E402
 from gpudoctor.sources.probe_server import ProbeServer  # noqa: E402
 
 SIZES = {  # name: loop_job arguments (CPU, one thread: a stable clock)

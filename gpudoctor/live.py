@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import statistics
 from itertools import islice, takewhile
 
+from gpudoctor.diagnosis.window import Window
 from gpudoctor.timeline import Timeline
 
 RECENT_S = 5.0
@@ -23,18 +23,13 @@ def status_line(timeline: Timeline) -> str:
     elif steps:
         cutoff = steps[-1].t_end_mono_ns - int(RECENT_S * 1e9)
         recent = list(takewhile(lambda s: s.t_end_mono_ns >= cutoff, islice(reversed(steps), 2000)))
-        recent = recent or [steps[-1]]
-        wall = sum(s.wall_ns for s in recent)
-        median_ms = statistics.median(s.wall_ns for s in recent) / 1e6
-        detailed = [s for s in recent if s.detail] or recent  # the probe samples
-        detailed_wall = sum(s.wall_ns for s in detailed)
-        loader = sum(s.loader_ns for s in detailed)
-        wait = loader if loader else sum(s.outside_ns for s in detailed)
-        parts.append(f"step {median_ms:.1f} ms")
-        if wall:
-            parts.append(f"{len(recent) / (wall / 1e9):.1f}/s")
-        if detailed_wall:
-            parts.append(f"data wait {wait / detailed_wall:.0%}")
+        # the measures of the report's Window, over the last seconds' steps
+        w = Window(steps=tuple(reversed(recent or [steps[-1]])))
+        parts.append(f"step {w.step_median_ms:.1f} ms")
+        if w.steps_per_s:
+            parts.append(f"{w.steps_per_s:.1f}/s")
+        if w.step_wall_s:
+            parts.append(f"data wait {w.data_wait_fraction:.0%}")
     if timeline.gpus:
         last_t = timeline.gpus[-1].t_mono_ns
         utils = [g.util_gpu_pct for g in timeline.gpus if g.t_mono_ns == last_t]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 
+from gpudoctor.jobs.source import GpuProcessNames
 from gpudoctor.processes import ProcessLister, ProcessRow
-from gpudoctor.session import GpuProcessNames
 from gpudoctor.snapshot import Snapshot, take
 from gpudoctor.sources.host import HostReader
 from gpudoctor.sources.nvml import NvmlReader

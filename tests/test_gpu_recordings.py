@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from conftest import load_recorded_session
 
-from gpudoctor import report as reports
+from gpudoctor.report import build as reports
 
 
 def build(name: str) -> dict:  # type: ignore[type-arg]
-    return reports.build(load_recorded_session(name), session_id=1)
+    return reports.build(load_recorded_session(name), session_id=1).to_dict()
 
 
 def ids(report: dict) -> list[str]:  # type: ignore[type-arg]

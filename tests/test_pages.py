@@ -47,3 +47,10 @@ def test_what_is_not_a_page_is_left_out(tmp_path: Path) -> None:
     (tmp_path / "probe.sock").write_bytes(b"")
     assert read_pages(str(tmp_path)) == {}
     assert read_pages(str(tmp_path / "gone")) == {}
+
+
+def test_launched_jobs_get_the_probe_s_boot_folder() -> None:
+    from gpudoctor.jobs.launched import BOOT_DIR, probe_env
+
+    assert (BOOT_DIR / "sitecustomize.py").is_file()
+    assert probe_env("/x.sock", {"PYTHONPATH": "/a"})["PYTHONPATH"] == f"{BOOT_DIR}:/a"

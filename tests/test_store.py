@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
+import sqlite3
+import subprocess
+import time
 from pathlib import Path
 
+import psutil
 import pytest
+from conftest import PY
 from windows import gpus, host
 
 from gpudoctor.model import JobExit
@@ -43,14 +50,58 @@ def test_a_session_round_trips_through_the_store(tmp_path: Path) -> None:
     assert row.id == sid and row.summary == {"steps": 1} and row.duration_s == pytest.approx(4e-6)
 
 
-def test_records_committed_each_tick_survive_a_crash(tmp_path: Path) -> None:
-    store = Store(tmp_path / "s.db")
-    sid = store.create_session(Timeline(["job"], 0.0, 0), "/")
-    store.add(sid, "host", 1, encode(host(n=1)[0]))
-    store.commit()
-    store.add(sid, "host", 2, encode(host(n=1)[0]))  # not committed: the doctor dies here
-    loaded = Store(tmp_path / "s.db").load(sid)
-    assert len(loaded.host) == 1 and loaded.exit is None
+def test_the_record_of_a_doctor_killed_mid_run_can_be_read(tmp_path: Path) -> None:
+    """kill -9 the doctor while it records: what it committed (each tick) is there; the
+    session reads as incomplete, and its report says where the record ends."""
+    path = tmp_path / "s.db"
+    job = tmp_path / "slow.py"
+    job.write_text(
+        "import time, torch\n"
+        "m = torch.nn.Linear(4, 4); o = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "for _ in range(100000):\n"
+        "    m(torch.ones(2, 4)).sum().backward(); o.step(); time.sleep(0.01)\n"
+    )
+    doctor = subprocess.Popen(
+        [PY, "-m", "gpudoctor", "--store", str(path), "run", "--headless", "--", PY, str(job)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    job_pids: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while committed(path, "probe") < 3 or committed(path, "host") < 2:
+            assert time.monotonic() < deadline, "the doctor recorded nothing"
+            time.sleep(0.2)
+        job_pids = [c.pid for c in psutil.Process(doctor.pid).children()]
+        doctor.send_signal(signal.SIGKILL)
+        doctor.wait()
+    finally:
+        for pid in job_pids:
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(pid).kill()
+    store = Store(path)
+    timeline = store.load(1)
+    assert timeline.exit is None and timeline.total_steps() > 0 and len(timeline.host) >= 2
+    (row,) = store.sessions()
+    assert row.exit is None and row.duration_s is None  # `history` shows it incomplete
+    store.close()
+    report = subprocess.run(
+        [PY, "-m", "gpudoctor", "--store", str(path), "report", "1", "--format", "json"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert "The doctor stopped before the job ended" in report
+
+
+def committed(path: Path, kind: str) -> int:
+    """Records of a kind the doctor has committed (read as another process would)."""
+    if not path.exists():
+        return 0
+    db = sqlite3.connect(path, timeout=5)  # only reads (a read-only open cannot use WAL)
+    try:
+        return int(db.execute("SELECT count(*) FROM records WHERE kind=?", (kind,)).fetchone()[0])
+    except sqlite3.Error:
+        return 0
+    finally:
+        db.close()
 
 
 def test_a_file_that_is_not_a_database_is_a_clear_error(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.text import Text
 from textual.widgets import DataTable, Static
 
-from gpudoctor.session import Session
+from gpudoctor.jobs import LaunchedJob
 from gpudoctor.store import Store
 from gpudoctor.tui.app import make_live_app, make_replay_app
 from gpudoctor.tui.screens import FindingScreen, HelpScreen, QuitScreen
@@ -144,11 +144,11 @@ def test_replay_of_a_cpu_session_says_cpu_only_and_shows_the_host(tmp_path: Path
     asyncio.run(drive())
 
 
-def start_live(tmp_path: Path, *job_args: str) -> tuple[Session, Path, Any]:
+def start_live(tmp_path: Path, *job_args: str) -> tuple[LaunchedJob, Path, Any]:
     store = Store(tmp_path / "s.db")
     log_path = tmp_path / "job.log"
     log = log_path.open("ab")
-    session = Session(
+    session = LaunchedJob(
         [PY, str(SAMPLES / "healthy.py"), *job_args], store, output=log, own_terminal=True
     )
     session.start()

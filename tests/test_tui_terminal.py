@@ -166,7 +166,7 @@ def test_a_crashed_job_is_shown_and_q_restores_the_terminal(tmp_path: Path) -> N
         tmp_path, name, f"GPUDOCTOR_STORE={tmp_path / 's.db'} {PY} -m gpudoctor run -- {job}"
     )
     try:
-        wait_screen(name, "ended (oom, exit code 1)", timeout=90)
+        wait_screen(name, "ended by oom, exit code 1", timeout=90)
         tmux("send-keys", "-t", name, "q")  # the job is over: no question
         text = wait_screen(name, "SHELL-IS-BACK", timeout=30)
         assert done.read_text().strip() == "EXIT=1"  # the job's own code
@@ -252,7 +252,7 @@ def test_the_screen_at_the_end_of_a_run_agrees_with_its_report(tmp_path: Path, j
         f"-- {PY} {SAMPLES / (job + '.py')} {args}",
     )
     try:
-        text = wait_screen(name, "ended (exit, exit code 0)", timeout=90)
+        text = wait_screen(name, "ended by exit, exit code 0", timeout=90)
         time.sleep(1.5)  # one more tick: the frame after the end is the last one
         text = screen(name)
         tmux("send-keys", "-t", name, "q")  # the job has ended: q just closes

@@ -20,13 +20,13 @@ from conftest import PY, ROOT, SAMPLES, doctor, env_without_probe, finding_ids, 
 from nvml_replay import ReplayNvml
 
 from gpudoctor.diagnosis.window import Window, stack_steps_per_s
+from gpudoctor.jobs.watched import WatchedJob, find_target, foreign_gpu_pids
 from gpudoctor.model import StackChunk
 from gpudoctor.sources.nvml import NvmlReader
 from gpudoctor.sources.stacks import classify, find_py_spy
 from gpudoctor.store import Store
 from gpudoctor.tui.app import make_live_app
 from gpudoctor.tui.widgets import FindingsPanel, JobPanel
-from gpudoctor.watch import WatchSession, find_target, foreign_gpu_pids
 
 # scripts/test.sh installs the dev extras, py-spy among them; without it this fails
 assert find_py_spy(), "py-spy is needed: pip install py-spy"
@@ -330,7 +330,7 @@ def test_tui_watch_shows_the_estimates_and_q_leaves_the_job_running(
     wait_for_torch(proc)
     store = Store(tmp_path / "s.db")
     py_spy = find_py_spy()
-    session = WatchSession(find_target(proc.pid), store, py_spy=py_spy)
+    session = WatchedJob(find_target(proc.pid), store, py_spy=py_spy)
     session.start()
     app = make_live_app(session, None, "en")
 

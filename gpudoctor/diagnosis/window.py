@@ -87,9 +87,13 @@ class Window:
 
     @cached_property
     def steady_steps(self) -> tuple[StepRecord, ...]:
+        """The steps after the run's warm-up: its first WARMUP_STEPS steps by number (a
+        window of recent steps has none of them, and keeps all it has)."""
         steps = self.steps
         if len(steps) >= 2 * WARMUP_STEPS:
-            return steps[WARMUP_STEPS:]
+            return tuple(s for s in steps if s.number >= WARMUP_STEPS)
+        if steps and steps[0].number >= WARMUP_STEPS:
+            return steps
         return steps[len(steps) // 2 :]
 
     @cached_property

@@ -13,25 +13,26 @@ from __future__ import annotations
 import math
 import random
 import statistics
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import IO, Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from gpudoctor.diagnosis.window import WARMUP_STEPS, Window
 from gpudoctor.model import StepRecord
-from gpudoctor.session import LaunchError, Session
-from gpudoctor.store import Store
+from gpudoctor.prescribe.rerun import Change
 from gpudoctor.timeline import Timeline
 
-DEFAULT_STEPS = 200
 BOOTSTRAP_ROUNDS = 2000
 MIN_BLOCK_STEPS = 20
 # Steps left out at the start of each run, on top of diagnosis's warm-up: a loader's
 # workers start with their prefetch queues full, which makes the first steps of a
 # treatment with workers look faster than it will stay.
 TRIAL_WARMUP_STEPS = 20
-ARM_TIMEOUT_S = 600.0
+METHOD = (
+    "moving-block bootstrap over the steady steps (blocks of a quarter run, runs "
+    "resampled), 2000 rounds, widened by the spread between runs when repeated; the "
+    "first 25 steps of each run are warm-up"
+)
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,9 @@ def arm_of(
     records: Sequence[StepRecord] = timeline.main_steps()
     skip = warmup_steps if len(records) > 2 * warmup_steps else 0
     upto = skip + WARMUP_STEPS + steps if steps is not None else None
-    chosen = tuple(records)[skip:upto]
+    # past the trial's warm-up, the diagnosis's too (the window cuts it only from a
+    # run's first steps)
+    chosen = tuple(records)[skip + WARMUP_STEPS if skip else 0 : upto]
     w = Window(steps=chosen, facts=timeline.merged_facts())
     steady = w.steady_steps
     batches = [s.batch_size for s in w.detailed_steps if s.batch_size]
@@ -173,7 +176,9 @@ def _with_walls(a: Arm, walls: tuple[float, ...]) -> Arm:
     )  # fmt: skip
 
 
-def verdict(point: float, ci: tuple[float, float], treatment: Sequence[Arm]) -> str:
+def verdict(ci: tuple[float, float], treatment: Sequence[Arm]) -> str:
+    """Faster or slower only when the whole interval says so; crashed when a treatment
+    run failed."""
     if any(a.failed or not a.walls_s for a in treatment):
         return "crashed"
     if ci[0] > 1.0:
@@ -183,43 +188,107 @@ def verdict(point: float, ci: tuple[float, float], treatment: Sequence[Arm]) -> 
     return "no better than noise"
 
 
-# -- running one arm ----------------------------------------------------------------------------
+# -- the results as values ---------------------------------------------------------------------
 
 
-def run_arm(
-    argv: Sequence[str],
-    env: dict[str, str],
-    steps: int,
-    store: Store,
-    max_seconds: float = ARM_TIMEOUT_S,
-    on_tick: Callable[[Timeline], None] | None = None,
-    output: IO[Any] | None = None,
-    stop_if: Callable[[Timeline], bool] | None = None,
-    warmup_steps: int = TRIAL_WARMUP_STEPS,
-) -> tuple[Session, Arm]:
-    """One run under the doctor (headless), stopped once it has `steps` steady steps
-    (warm-up excluded), when `stop_if` says so, or when it ends by itself. LaunchError
-    when it cannot start."""
-    session = Session(list(argv), store, interval_s=0.5, extra_env=env, output=output)
-    session.start()
-    wanted = warmup_steps + WARMUP_STEPS + steps
-    started = time.monotonic()
+@dataclass(frozen=True)
+class Side:
+    """One side of a comparison: its runs, pooled."""
 
-    def tick(timeline: Timeline) -> None:
-        if stop_if is not None and stop_if(timeline):
-            session.stop("signal")
-        elif timeline.total_steps() >= wanted:
-            session.stop("steps")
-        elif time.monotonic() - started > max_seconds:
-            session.stop("max-seconds")
-        if on_tick is not None:
-            on_tick(timeline)
+    runs: tuple[Arm, ...]
 
-    try:
-        session.run(tick)
-    finally:
-        session.close()
-    return session, arm_of(session.timeline, session.session_id, steps, warmup_steps)
+    @property
+    def samples_per_s(self) -> float:
+        return _rate(self.runs)
+
+    @property
+    def data_wait_fraction(self) -> float | None:
+        waits = [a.data_wait_fraction for a in self.runs if a.data_wait_fraction is not None]
+        return sum(waits) / len(waits) if waits else None
+
+    @property
+    def unit(self) -> str:
+        return "samples" if self.runs[0].batch_size else "steps"
+
+    @property
+    def step_median_ms(self) -> float | None:
+        """The first run's median step (as its dict rounds it)."""
+        median = self.runs[0].step_median_ms
+        return round(median, 3) if median else None
+
+    def to_dict(self) -> dict[str, Any]:
+        first: dict[str, Any] = self.runs[0].as_dict()
+        wait = self.data_wait_fraction
+        first["samples_per_s"] = round(self.samples_per_s, 2)
+        first["data_wait_fraction"] = round(wait, 4) if wait is not None else None
+        first["runs"] = [a.as_dict() for a in self.runs]
+        first["sessions"] = [a.session_id for a in self.runs]
+        return first
 
 
-__all__ = ["Arm", "LaunchError", "arm_of", "run_arm", "speedup", "verdict"]
+@dataclass(frozen=True)
+class Comparison:
+    """Two sides, the speedup of the second over the first, its 95% interval, a verdict."""
+
+    baseline: Side
+    treatment: Side
+    speedup: float
+    ci95: tuple[float, float]
+    verdict: str
+
+    @classmethod
+    def of(cls, baseline: Sequence[Arm], treatment: Sequence[Arm]) -> Comparison:
+        point, ci = speedup(baseline, treatment)
+        return cls(Side(tuple(baseline)), Side(tuple(treatment)), point, ci, verdict(ci, treatment))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "baseline": self.baseline.to_dict(),
+            "treatment": self.treatment.to_dict(),
+            "speedup": round(self.speedup, 4),
+            "ci95": [round(self.ci95[0], 4), round(self.ci95[1], 4)],
+            "verdict": self.verdict,
+        }
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """`gpudoctor trial`: the runs compared, and what was applied to the treatment."""
+
+    comparison: Comparison
+    applied: tuple[Change, ...]
+    baseline_command: tuple[str, ...]
+    treatment_command: tuple[str, ...]
+    treatment_shown: str  # the treatment as a person would type it
+    treatment_env: Mapping[str, str] = field(default_factory=dict)
+    steps_per_run: int | None = None
+    repeat: int | None = None
+    method: str = METHOD
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {
+            **self.comparison.to_dict(),
+            "applied": [c.as_dict() for c in self.applied],
+            "commands": {
+                "baseline": list(self.baseline_command),
+                "treatment": list(self.treatment_command),
+            },
+        }
+        if self.steps_per_run is None:  # two recorded runs compared (`compare`)
+            out["treatment_shown"] = self.treatment_shown
+            return out
+        out.update(
+            {
+                "treatment_env": dict(self.treatment_env),
+                "treatment_shown": self.treatment_shown,
+                "steps_per_run": self.steps_per_run,
+                "repeat": self.repeat,
+                "method": self.method,
+            }
+        )
+        return out
+
+
+__all__ = [
+    "Arm", "Comparison", "Side", "TrialResult", "arm_of", "speedup", "verdict",
+]  # fmt: skip

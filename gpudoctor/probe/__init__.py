@@ -19,7 +19,7 @@ def start() -> None:
     try:
         from . import agent
 
-        agent.arm()
+        agent.start()
     except Exception as exc:  # the job must start whatever happens here
         import sys
 

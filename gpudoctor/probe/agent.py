@@ -331,7 +331,7 @@ def read_overrides() -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def arm() -> None:
+def start() -> None:
     global AGENT
     path = os.environ.get(ENV_SOCKET)
     if not path or AGENT is not None:

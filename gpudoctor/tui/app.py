@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual import on, work
 from textual.app import App, ComposeResult
@@ -15,6 +15,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Header, OptionList
 
 from gpudoctor.model import JobExit
+from gpudoctor.report.render import ended_words
 from gpudoctor.snapshot import Snapshot, take, timeline_span
 from gpudoctor.timeline import Timeline
 from gpudoctor.tui.messages import JobExited, SessionFailed, SnapshotReady
@@ -26,6 +27,9 @@ from gpudoctor.tui.screens import (
     QuitScreen,
 )
 from gpudoctor.tui.widgets import FindingsPanel, GpuPanel, HostPanel, JobPanel, OutputPanel
+
+if TYPE_CHECKING:  # the app only follows what it is given: no need to load the jobs
+    from gpudoctor.jobs import JobSource
 
 REPLAY_STEP_S = 5.0
 REPLAY_PAGE_S = 60.0
@@ -124,14 +128,14 @@ class DoctorApp(App[JobExit | None]):
 
 
 class LiveApp(DoctorApp):
-    """A job launched under the doctor: the session loop runs in a thread worker."""
+    """A job followed live (launched, or watched): its loop runs in a thread worker."""
 
     BINDINGS = [Binding("p", "profile", "Profile")]
     PROFILE_STEPS = 20
 
-    def __init__(self, session: Any, output_path: Path | None, **kwargs: Any) -> None:
+    def __init__(self, source: JobSource, output_path: Path | None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.session = session
+        self.source = source
         self.output_path = output_path
         self.quitting = False
 
@@ -141,18 +145,18 @@ class LiveApp(DoctorApp):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="session")
     def run_session(self) -> None:
-        session = self.session
-        pid = session.job_pid
+        source = self.source
+        pid = source.job_pid
 
         def on_tick(timeline: Timeline) -> None:
             self.post_message(SnapshotReady(take(timeline, pid, self.output_path)))
 
         try:
-            job_exit = session.run(on_tick)
+            job_exit = source.run(on_tick)
         except Exception as exc:  # the doctor's failure: the job goes on
             self.post_message(SessionFailed(f"{type(exc).__name__}: {exc}"))
             return
-        self.post_message(JobExited(job_exit, take(session.timeline, pid, self.output_path)))
+        self.post_message(JobExited(job_exit, take(source.timeline, pid, self.output_path)))
 
     @on(JobExited)
     def _on_job_exited(self, message: JobExited) -> None:
@@ -161,22 +165,18 @@ class LiveApp(DoctorApp):
         if self.quitting:
             self.exit(self.job_exit)
         else:
-            self.notify(f"the job {self._words(message.job_exit)}; q to quit", timeout=4)
+            e = message.job_exit
+            words = ended_words(e.ended_by, e.exit_code, self.source.timeline.watched_pid)
+            self.notify(f"the job: {words}; q to quit", timeout=4)
 
     @on(SessionFailed)
     def _on_session_failed(self, message: SessionFailed) -> None:
-        pid = self.session.job_pid
+        pid = self.source.job_pid
         self.exit(
             None,
             return_code=3,
             message=f"gpudoctor: the doctor failed: {message.error} (the job, pid {pid}, goes on)",
         )
-
-    @staticmethod
-    def _words(e: JobExit) -> str:
-        if e.ended_by == "detached":
-            return "was left running"
-        return f"ended ({e.ended_by}, exit code {e.exit_code})"
 
     def request_trial(self, remedy: str) -> None:
         if self.job_exit is None:
@@ -186,12 +186,11 @@ class LiveApp(DoctorApp):
         super().request_trial(remedy)
 
     def action_profile(self) -> None:
-        request = getattr(self.session, "request_profile", None)
-        if request is None or self.job_exit is not None:
+        if not self.source.can_profile or self.job_exit is not None:
             self.notify("a profile needs a job launched by the doctor, still running")
             return
         before = (self.snapshot.facts.get("profile") or {}) if self.snapshot else {}
-        request(self.PROFILE_STEPS)
+        self.source.request_profile(self.PROFILE_STEPS)
         self.push_screen(ProfileScreen(self.PROFILE_STEPS, int(before.get("capture", 0))))
 
     def status_words(self, s: Snapshot) -> str:
@@ -208,9 +207,9 @@ class LiveApp(DoctorApp):
         if isinstance(self.screen, QuitScreen):  # Ctrl-C twice: stop the job
             self.screen.dismiss("stop")
             return
-        if not self.session.can_stop:  # a watched job: leaving always leaves it running
+        if not self.source.can_stop:  # a watched job: leaving always leaves it running
             self.quitting = True
-            self.session.detach()
+            self.source.detach()
             self.notify("leaving; the job goes on…")
             return
         self.push_screen(QuitScreen(), self._quit_choice)
@@ -218,11 +217,11 @@ class LiveApp(DoctorApp):
     def _quit_choice(self, choice: str | None) -> None:
         if choice == "stop":
             self.quitting = True
-            self.session.stop("signal")
+            self.source.stop("signal")
             self.notify("stopping the job…")
         elif choice == "leave":
             self.quitting = True
-            self.session.detach()
+            self.source.detach()
 
 
 class ReplayApp(DoctorApp):
@@ -270,8 +269,8 @@ class ReplayApp(DoctorApp):
         self._render_at(self.end_ns)
 
 
-def make_live_app(session: Any, output_path: Path | None, lang: str) -> LiveApp:
-    return LiveApp(session, output_path, lang=lang)
+def make_live_app(source: JobSource, output_path: Path | None, lang: str) -> LiveApp:
+    return LiveApp(source, output_path, lang=lang)
 
 
 def make_replay_app(timeline: Timeline, session_id: int, lang: str = "en") -> ReplayApp:

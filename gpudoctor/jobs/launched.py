@@ -1,5 +1,6 @@
-"""One run under the doctor: launches the job with the probe, pumps GPU, host and probe
-samples into the timeline and the store, and records how the job ended.
+"""A job the doctor launches, with the probe inside: started with the probe's boot
+folder on PYTHONPATH, its messages and counter pages read as it runs, stopped politely
+when asked (SIGINT, then SIGTERM and SIGKILL if it lingers).
 
 The job inherits the terminal (or writes to a log file): never a pipe the doctor owns,
 so the job's next print cannot fail if the doctor dies.
@@ -8,30 +9,27 @@ so the job's next print cannot fail if the doctor dies.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
-import selectors
 import shutil
 import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from gpudoctor.model import EndedBy, GpuSample, HostSample, JobExit
+from gpudoctor import probe
+from gpudoctor.jobs.source import Recorder
+from gpudoctor.model import EndedBy, JobExit
 from gpudoctor.probe import ENV_SOCKET
 from gpudoctor.probe.profile import ENV_CONTROL
-from gpudoctor.processes import ProcessLister
 from gpudoctor.sources.host import HostReader
 from gpudoctor.sources.nvml import NvmlReader
 from gpudoctor.sources.pages import read_pages
 from gpudoctor.sources.probe_server import ProbeServer
-from gpudoctor.store import Store, encode
-from gpudoctor.timeline import Timeline
+from gpudoctor.store import Store
 
-BOOT_DIR = Path(__file__).resolve().parent / "probe" / "boot"
+BOOT_DIR = Path(probe.__file__).resolve().parent / "boot"  # first on the job's PYTHONPATH
 # --max-seconds: SIGINT first (Python jobs unwind and flush), then these escalations.
 STOP_ESCALATION_S = ((10.0, signal.SIGTERM), (15.0, signal.SIGKILL))
 
@@ -50,88 +48,9 @@ def probe_env(socket_path: str, base: dict[str, str] | None = None) -> dict[str,
     return env
 
 
-class GpuProcessNames:
-    """Adds the user and command of each GPU process (asked once per pid) to NVML's
-    readings, so the GPU panel and the recording say whose they are."""
+class LaunchedJob(Recorder):
+    can_profile = True
 
-    def __init__(self) -> None:
-        self._lister = ProcessLister()
-        self._known: dict[int, tuple[str, str]] = {}
-
-    def fill(self, gpus: list[GpuSample]) -> list[GpuSample]:
-        pids = {p.pid for g in gpus for p in g.processes}
-        if not pids:
-            return gpus
-        new = pids - set(self._known)
-        if new:
-            self._known.update(self._lister.describe(new))
-        for pid in set(self._known) - pids:
-            del self._known[pid]
-        out = []
-        for g in gpus:
-            procs = tuple(
-                dataclasses.replace(p, user=self._known[p.pid][0], command=self._known[p.pid][1])
-                if p.pid in self._known
-                else p
-                for p in g.processes
-            )
-            out.append(dataclasses.replace(g, processes=procs))
-        return out
-
-
-class Recorder:
-    """What launching and attaching share: the timeline and the store, the host and GPU
-    readings each tick, and leaving the job running."""
-
-    def __init__(
-        self,
-        command: list[str],
-        store: Store,
-        interval_s: float = 1.0,
-        max_seconds: float | None = None,
-        nvml: NvmlReader | None = None,
-    ) -> None:
-        self.command = command
-        self.store = store
-        self.interval_s = interval_s
-        self.max_seconds = max_seconds
-        self.nvml = nvml if nvml is not None else NvmlReader()
-        self._detached = False
-        self.timeline = Timeline(
-            command, time.time(), time.monotonic_ns(), gpu_reason=self.nvml.reason
-        )
-        self.session_id: int | None = None
-        self.host: HostReader | None = None
-        self.names = GpuProcessNames()
-
-    @property
-    def job_pid(self) -> int | None:
-        raise NotImplementedError
-
-    # the TUI's `q`: whether it may offer to stop the job (watch mode never does)
-    can_stop = True
-
-    def _read_host_and_gpus(self) -> tuple[HostSample, list[GpuSample]]:
-        """One host and one GPU reading, into the timeline and the store; returned."""
-        assert self.session_id is not None and self.host is not None
-        host = self.host.read()
-        self.timeline.host.append(host)
-        self.store.add(self.session_id, "host", host.t_mono_ns, encode(host))
-        gpus = self.names.fill(self.nvml.read())
-        if gpus:
-            self.timeline.gpus.extend(gpus)
-            self.store.add(self.session_id, "gpu", gpus[0].t_mono_ns, [encode(g) for g in gpus])
-        return host, gpus
-
-    def detach(self) -> None:
-        """Leave the job running: the loop ends at its next turn (thread-safe)."""
-        self._detached = True
-
-    def stop(self, reason: EndedBy = "max-seconds") -> None:
-        raise NotImplementedError
-
-
-class Session(Recorder):
     def __init__(
         self,
         command: list[str],
@@ -191,48 +110,30 @@ class Session(Recorder):
         self.host = HostReader(self.proc.pid)
         self.session_id = self.store.create_session(self.timeline, os.getcwd(), self.proc.pid)
 
-    # -- the loop -------------------------------------------------------------------------
+    # -- the loop's parts (source.Recorder.run) -----------------------------------------------
 
-    def run(self, on_tick: Callable[[Timeline], None] | None = None) -> JobExit:
-        assert self.proc is not None and self.session_id is not None
-        proc = self.proc
-        selector = selectors.DefaultSelector()
-        selector.register(self.server, selectors.EVENT_READ, "probe")
-        pidfd = open_pidfd(proc.pid)
-        if pidfd is not None:
-            selector.register(pidfd, selectors.EVENT_READ, "exit")
-        started = time.monotonic()
-        next_tick = started + self.interval_s
-        try:
-            while proc.poll() is None:
-                if self._detached:
-                    self._drain()
-                    self._read_pages()
-                    return self._finish(None)
-                now = time.monotonic()
-                timeout = max(0.0, next_tick - now)
-                if pidfd is None:
-                    timeout = min(timeout, 0.1)
-                for key, _ in selector.select(timeout):
-                    if key.data == "probe":
-                        self._drain()
-                now = time.monotonic()
-                if now >= next_tick:
-                    self._tick()
-                    if on_tick is not None:
-                        on_tick(self.timeline)
-                    next_tick = max(next_tick + self.interval_s, now + self.interval_s / 2)
-                if self.max_seconds is not None and now - started >= self.max_seconds:
-                    self.stop("max-seconds")
-                self._escalate()
-            proc.wait()
-            self._drain()
-            self._read_pages()
-        finally:
-            selector.close()
-            if pidfd is not None:
-                os.close(pidfd)
-        return self._finish(proc.returncode)
+    def _handles(self) -> list[tuple[Any, str]]:
+        return [(self.server, "probe")]
+
+    def _readable(self, tag: str) -> None:
+        self._drain()
+
+    def _read_counts(self) -> None:
+        self._read_pages()
+
+    def _job_ended(self) -> bool:
+        assert self.proc is not None
+        return self.proc.poll() is not None
+
+    def _time_is_up(self) -> None:
+        self.stop("max-seconds")
+
+    def _wrap_up(self) -> int | None:
+        assert self.proc is not None
+        self.proc.wait()
+        self._drain()
+        self._read_pages()
+        return self.proc.returncode
 
     def _drain(self) -> None:
         assert self.session_id is not None
@@ -287,8 +188,7 @@ class Session(Recorder):
             self._escalation += 1
             self.signal_job(sig)
 
-    def _finish(self, returncode: int | None) -> JobExit:
-        """How the run ended (returncode None: the doctor left the job running)."""
+    def _finish(self, ended: bool, returncode: int | None) -> JobExit:
         assert self.session_id is not None
         self.timeline.end_mono_ns = time.monotonic_ns()
         self.timeline.bad_messages = self.server.bad_messages
@@ -297,11 +197,11 @@ class Session(Recorder):
                 self.session_id, "bad_messages", time.monotonic_ns(), self.server.bad_messages
             )
         job_exit = (
-            JobExit(exit_code=None, ended_by="detached")
-            if returncode is None
-            else classify_exit(
+            classify_exit(
                 returncode, self.timeline.ends, self.timeline.main_pid(), self._stop_reason
             )
+            if ended and returncode is not None
+            else JobExit(exit_code=None, ended_by="detached")
         )
         self.timeline.exit = job_exit
         return job_exit
@@ -341,15 +241,3 @@ def classify_exit(
         exception_type=end.get("exception_type") if end else None,
         exception_message=end.get("exception_message") if end else None,
     )
-
-
-def open_pidfd(pid: int) -> int | None:
-    """A file descriptor that becomes readable when the process ends (any process, not
-    only a child: Linux >= 5.3), or None where there is none."""
-    opener = getattr(os, "pidfd_open", None)
-    if opener is None:
-        return None
-    try:
-        return int(opener(pid))
-    except OSError:
-        return None

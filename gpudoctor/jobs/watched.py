@@ -11,7 +11,6 @@ import contextlib
 import os
 import pwd
 import re
-import selectors
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -19,13 +18,12 @@ from typing import Any
 
 import psutil
 
-from gpudoctor.model import GpuSample, HostSample, JobExit
-from gpudoctor.session import Recorder, open_pidfd
+from gpudoctor.jobs.source import Recorder
+from gpudoctor.model import EndedBy, GpuSample, HostSample, JobExit
 from gpudoctor.sources.host import HostReader
 from gpudoctor.sources.nvml import NvmlReader
 from gpudoctor.sources.stacks import AttachError, StackSampler
 from gpudoctor.store import Store, encode
-from gpudoctor.timeline import Timeline
 
 _PYTHON_EXE = re.compile(r"^(python|pypy)[\d.]*[dmu]*$")
 
@@ -114,11 +112,12 @@ def container_message(pids: list[int], pid: int) -> str:
     )
 
 
-class WatchSession(Recorder):
+class WatchedJob(Recorder):
     """One watched job: host, GPU and stack samples into the timeline and the store,
     until the job ends or the doctor leaves (`detach`, --max-seconds)."""
 
     can_stop = False  # the job is not ours to stop
+    first_tick_s = 0.0  # at once: the readings are all there is to show
 
     def __init__(
         self,
@@ -139,7 +138,7 @@ class WatchSession(Recorder):
     def job_pid(self) -> int | None:
         return self.target.pid
 
-    def stop(self, reason: Any = None) -> None:
+    def stop(self, reason: EndedBy = "max-seconds") -> None:
         self.detach()  # never a signal to a job the doctor did not start
 
     def start(self) -> None:
@@ -152,36 +151,13 @@ class WatchSession(Recorder):
         if self.sampler is not None:
             self.sampler.start()
 
-    def run(self, on_tick: Callable[[Timeline], None] | None = None) -> JobExit:
-        assert self.session_id is not None
-        pid = self.target.pid
-        pidfd = open_pidfd(pid)
-        selector = selectors.DefaultSelector()
-        if pidfd is not None:
-            selector.register(pidfd, selectors.EVENT_READ, "exit")
-        started = time.monotonic()
-        next_tick = started
-        ended = False
-        try:
-            while not self._detached:
-                timeout = max(0.0, next_tick - time.monotonic())
-                ended = bool(selector.select(min(timeout, 0.2))) if pidfd else False
-                if ended or (pidfd is None and not _alive(pid)):
-                    ended = True
-                    break
-                now = time.monotonic()
-                if now >= next_tick:
-                    self._tick()
-                    if on_tick is not None:
-                        on_tick(self.timeline)
-                    next_tick = max(next_tick + self.interval_s, now + self.interval_s / 2)
-                if self.max_seconds is not None and now - started >= self.max_seconds:
-                    self.detach()
-        finally:
-            selector.close()
-            if pidfd is not None:
-                os.close(pidfd)
-        return self._finish(ended)
+    # -- the loop's parts (source.Recorder.run) -----------------------------------------------
+
+    def _job_ended(self) -> bool:
+        return not _alive(self.target.pid)
+
+    def _time_is_up(self) -> None:
+        self.detach()
 
     def _tick(self) -> None:
         assert self.session_id is not None and self.host is not None
@@ -205,7 +181,7 @@ class WatchSession(Recorder):
         record = {"pid": self.target.pid, "facts": changed}
         self.store.add(self.session_id, "watch", time.monotonic_ns(), record)
 
-    def _finish(self, ended: bool) -> JobExit:
+    def _finish(self, ended: bool, returncode: int | None) -> JobExit:
         # A process that is not the doctor's child: its exit code cannot be known.
         job_exit = JobExit(exit_code=None, ended_by="exit" if ended else "detached")
         self.timeline.end_mono_ns = time.monotonic_ns()

@@ -1,0 +1,203 @@
+"""`trial` and `compare`: the job as it is (baseline) and with a remedy applied
+(treatment), each a run under the doctor for the same steady steps, alternated when
+repeated (B T T B ...); or two recorded runs. The statistics are prescribe/trial.py's."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import IO, Any
+
+from gpudoctor.app.errors import NotPossible
+from gpudoctor.app.progress import Progress
+from gpudoctor.app.run import conclude
+from gpudoctor.app.sessions import load
+from gpudoctor.diagnosis.engine import diagnose
+from gpudoctor.diagnosis.remedies import CATALOGUE
+from gpudoctor.diagnosis.window import WARMUP_STEPS
+from gpudoctor.jobs import LaunchedJob
+from gpudoctor.prescribe.rerun import NotApplicable, Treatment, plan
+from gpudoctor.prescribe.trial import TRIAL_WARMUP_STEPS, Arm, Comparison, TrialResult, arm_of
+from gpudoctor.store import Store
+from gpudoctor.timeline import Timeline
+
+ARM_TIMEOUT_S = 600.0
+MIN_BASELINE_STEPS = 5
+
+
+@dataclass(frozen=True)
+class TrialRequest:
+    command: tuple[str, ...]
+    remedies: tuple[str, ...] = ()  # none: the top finding's first remedy
+    steps: int = 100  # steady steps measured in each run
+    repeat: int = 2  # runs a side
+    lang: str = "en"
+
+
+class BaselineFailed(NotPossible):
+    """The job failed as it is: there is nothing to compare (`exit_code`: its own)."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def check_remedies(remedies: Sequence[str]) -> None:
+    unknown = [r for r in remedies if r not in CATALOGUE]
+    if unknown:
+        raise NotPossible(
+            f"unknown remedy {unknown[0]!r} (see gpudoctor remedies; known: "
+            f"{', '.join(sorted(CATALOGUE))})"
+        )
+
+
+def trial(
+    request: TrialRequest, store: Store, progress: Progress, output: IO[Any] | None = None
+) -> TrialResult:
+    """The A/B trial. NotPossible when no remedy can be tried (an unknown one, none
+    found, one that cannot be applied without editing the script); BaselineFailed when
+    the job fails as it is; LaunchError when it cannot start."""
+    check_remedies(request.remedies)
+    command = list(request.command)
+    arms: dict[str, list[Arm]] = {"baseline": [], "treatment": []}
+
+    def run(side: str, argv: list[str], env: dict[str, str]) -> LaunchedJob:
+        progress(f"{side} run {len(arms[side]) + 1}: {' '.join(argv)}")
+        job, arm = run_arm(argv, env, request.steps, store, output=output)
+        conclude(job, store, request.lang)
+        arms[side].append(arm)
+        progress(
+            f"  {len(arm.walls_s)} steps, {rate_words(arm)}, data wait "
+            f"{percent(arm.data_wait_fraction)}"
+        )
+        return job
+
+    first = run("baseline", command, {})
+    base = arms["baseline"][0]
+    if base.failed or len(base.walls_s) < MIN_BASELINE_STEPS:
+        why = (
+            f"exit code {base.exit_code}"
+            if base.failed
+            else f"only {base.total_steps} steps (warm-up is {WARMUP_STEPS})"
+        )
+        raise BaselineFailed(
+            f"the baseline run failed ({why}): nothing to compare",
+            base.exit_code if base.failed and base.exit_code else 1,
+        )
+    treatment = treatment_of(first.timeline, request, progress)
+    for change in treatment.applied:
+        why = f" ({change.why})" if change.why else ""
+        progress(f"{change.remedy} via {change.via}: {change.change}{why}")
+    last = None
+    for side in arm_order(request.repeat):
+        if side == "treatment":
+            last = run("treatment", list(treatment.argv), treatment.env)
+        else:
+            run("baseline", command, {})
+    result = TrialResult(
+        comparison=Comparison.of(arms["baseline"], arms["treatment"]),
+        applied=tuple(treatment.applied),
+        baseline_command=tuple(command),
+        treatment_command=tuple(treatment.argv),
+        treatment_env=treatment.env,
+        treatment_shown=treatment.shown(),
+        steps_per_run=request.steps,
+        repeat=request.repeat,
+    )
+    if last is not None and last.session_id is not None:
+        store.add(last.session_id, "trial", time.monotonic_ns(), result.to_dict())
+        store.commit()
+    return result
+
+
+def arm_order(repeat: int) -> list[str]:
+    """The runs after the first baseline: T, then T B / B T alternating (B T T B ...)."""
+    order = ["treatment"]
+    for r in range(1, repeat):
+        order += ["treatment", "baseline"] if r % 2 else ["baseline", "treatment"]
+    return order
+
+
+def treatment_of(timeline: Timeline, request: TrialRequest, progress: Progress) -> Treatment:
+    """How the treatment runs: the remedies asked for, else the top finding's first."""
+    facts = timeline.merged_facts()
+    cores = timeline.host[-1].cores_allowed if timeline.host else (os.cpu_count() or 1)
+    remedies = list(request.remedies)
+    if not remedies:
+        findings = [f for f in diagnose(timeline.window()) if f.remedies]
+        if not findings:
+            raise NotPossible(
+                "the baseline run has no finding with a remedy; name one with --apply REMEDY"
+            )
+        remedies = [findings[0].remedies[0]]
+        progress(f"applying {remedies[0]}, the first remedy of the top finding ({findings[0].id})")
+    try:
+        return plan(remedies, list(request.command), facts, cores)
+    except NotApplicable as exc:
+        raise NotPossible(str(exc)) from None
+
+
+def compare(store: Store, baseline: str, treatment: str) -> TrialResult:
+    """Two recorded runs compared as a trial compares its sides."""
+    runs = []
+    for name in (baseline, treatment):
+        session_id, timeline = load(store, name)
+        arm = arm_of(timeline, session_id)
+        if len(arm.walls_s) < MIN_BASELINE_STEPS:
+            raise NotPossible(f"session {session_id} has too few steps to compare")
+        runs.append(arm)
+    return TrialResult(
+        comparison=Comparison.of([runs[0]], [runs[1]]),
+        applied=(),
+        baseline_command=runs[0].argv,
+        treatment_command=runs[1].argv,
+        treatment_shown=" ".join(runs[1].argv),
+    )
+
+
+# -- one run of a side ---------------------------------------------------------------------------
+
+
+def run_arm(
+    argv: Sequence[str],
+    env: dict[str, str],
+    steps: int,
+    store: Store,
+    max_seconds: float = ARM_TIMEOUT_S,
+    output: IO[Any] | None = None,
+    stop_if: Callable[[Timeline], bool] | None = None,
+    warmup_steps: int = TRIAL_WARMUP_STEPS,
+) -> tuple[LaunchedJob, Arm]:
+    """One run under the doctor (headless), stopped once it has `steps` steady steps
+    (warm-up excluded), when `stop_if` says so, or when it ends by itself. LaunchError
+    when it cannot start."""
+    job = LaunchedJob(list(argv), store, interval_s=0.5, extra_env=env, output=output)
+    job.start()
+    wanted = warmup_steps + WARMUP_STEPS + steps
+    started = time.monotonic()
+
+    def tick(timeline: Timeline) -> None:
+        if stop_if is not None and stop_if(timeline):
+            job.stop("signal")
+        elif timeline.total_steps() >= wanted:
+            job.stop("steps")
+        elif time.monotonic() - started > max_seconds:
+            job.stop("max-seconds")
+
+    try:
+        job.run(tick)
+    finally:
+        job.close()
+    return job, arm_of(job.timeline, job.session_id, steps, warmup_steps)
+
+
+def rate_words(arm: Arm) -> str:
+    sps = arm.samples_per_s
+    unit = "samples/s" if arm.batch_size else "steps/s"
+    return f"{sps:.1f} {unit}" if sps else "no rate"
+
+
+def percent(value: float | None) -> str:
+    return f"{value:.0%}" if value is not None else "n/a"

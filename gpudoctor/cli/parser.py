@@ -1,0 +1,165 @@
+"""The command line's grammar (DESIGN.md section 6): every command and option."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import NoReturn
+
+from gpudoctor import __version__
+from gpudoctor.cli.common import UsageError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    store_help = (
+        "session database (default: $GPUDOCTOR_STORE or ~/.local/share/gpudoctor/sessions.db)"
+    )
+    parser = _Parser(
+        prog="gpudoctor",
+        description="A terminal performance doctor for PyTorch training jobs.",
+    )
+    parser.add_argument("--version", action="version", version=f"gpudoctor {__version__}")
+    parser.add_argument("--store", type=Path, help=store_help)
+    sub = parser.add_subparsers(dest="command_name", metavar="COMMAND", parser_class=_Parser)
+
+    def add(name: str, help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help)
+        p.add_argument("--store", type=Path, default=argparse.SUPPRESS, help=store_help)
+        return p
+
+    run = add("run", "launch a command under the doctor")
+    run.add_argument("--headless", action="store_true", help="no TUI: a status line on stderr")
+    run.add_argument("--report", type=Path, metavar="PATH", help="write the report (.json or .md)")
+    run.add_argument(
+        "--max-seconds", type=_positive_float, metavar="S", help="stop the job after S seconds"
+    )
+    run.add_argument(
+        "--interval",
+        type=_positive_float,
+        default=1.0,
+        metavar="S",
+        help="sampling period (default 1 s)",
+    )
+    run.add_argument("--lang", choices=("en", "zh"), default=None, help="language of the remedies")
+    run.add_argument(
+        "--profile-steps", type=_positive_int, metavar="N",
+        help="run torch.profiler over N steps after the warm-up; the top operators go "
+        "in the report",
+    )  # fmt: skip
+    run.add_argument(
+        "--profile-trace", type=Path, metavar="PATH",
+        help="with --profile-steps: also write the Chrome trace (can be large)",
+    )  # fmt: skip
+    run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
+
+    watch = add("watch", "attach to a running job (no code injected; it is never stopped)")
+    watch.add_argument("--pid", type=int, required=True, help="the job's process id")
+    watch.add_argument("--headless", action="store_true", help="no TUI: a status line on stderr")
+    watch.add_argument(
+        "--report", type=Path, metavar="PATH", help="write the report (.json or .md)"
+    )
+    watch.add_argument(
+        "--max-seconds", type=_positive_float, metavar="S", help="leave after S seconds"
+    )
+    watch.add_argument(
+        "--interval",
+        type=_positive_float,
+        default=1.0,
+        metavar="S",
+        help="sampling period (default 1 s)",
+    )
+    watch.add_argument(
+        "--lang", choices=("en", "zh"), default=None, help="language of the remedies"
+    )
+
+    trial = add("trial", "A/B: the job as it is, then with a remedy applied; the measured speedup")
+    trial.add_argument(
+        "--apply", action="append", default=[], metavar="REMEDY",
+        help="remedy id to apply (repeatable; default: the top finding's first remedy)",
+    )  # fmt: skip
+    trial.add_argument(
+        "--steps", type=_positive_int, default=100, metavar="N",
+        help="steady-state steps measured in each run, warm-up excluded (default 100)",
+    )  # fmt: skip
+    trial.add_argument(
+        "--repeat", type=_positive_int, default=2, metavar="K",
+        help="run each side K times, alternating: B T T B ... (default 2)",
+    )  # fmt: skip
+    trial.add_argument(
+        "--report", type=Path, metavar="PATH", help="write the report (.json or .md)"
+    )
+    trial.add_argument("--lang", choices=("en", "zh"), default=None)
+    trial.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
+
+    tune = add("tune", "find settings by measuring: `tune batch-size -- CMD`")
+    tune_sub = tune.add_subparsers(dest="what", metavar="WHAT", parser_class=_Parser)
+    bs = tune_sub.add_parser(
+        "batch-size",
+        help="the largest batch that fits and the fastest (each size a fresh run)",
+        description="the largest batch that fits and the fastest (each size a fresh run)",
+    )
+    bs.add_argument("--store", type=Path, default=argparse.SUPPRESS, help=store_help)
+    bs.add_argument(
+        "--max-memory", metavar="SIZE",
+        help="memory limit for the job (e.g. 8GiB): its processes' RSS on a CPU job; "
+        "default: the GPU's memory, none on a CPU job",
+    )  # fmt: skip
+    bs.add_argument(
+        "--cap", type=_positive_int, default=4096, metavar="N",
+        help="largest batch size to try (default 4096)",
+    )  # fmt: skip
+    bs.add_argument(
+        "--steps", type=_positive_int, default=15, metavar="N",
+        help="steps measured at each size, after 5 warm-up steps (default 15)",
+    )  # fmt: skip
+    bs.add_argument(
+        "--start", type=_positive_int, metavar="N", help="first size (default: the job's)"
+    )
+    bs.add_argument("--report", type=Path, metavar="PATH", help="write the result (.json or .md)")
+    bs.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
+
+    compare = add("compare", "compare two recorded runs: samples/s, speedup, symptoms")
+    compare.add_argument("baseline", help="session id of the first run")
+    compare.add_argument("treatment", help="session id of the second run (or `last`)")
+    compare.add_argument("--format", choices=("text", "json"), default="text")
+
+    history = add("history", "recorded sessions, newest first")
+    history.add_argument("--limit", type=int, default=20, help="how many to list (default 20)")
+
+    report = add("report", "rebuild the report of a recorded session")
+    report.add_argument("session", help="session id (see `gpudoctor history`), or `last`")
+    report.add_argument("--format", choices=("md", "json"), default="md")
+    report.add_argument("--lang", choices=("en", "zh"), default=None)
+
+    replay = add("replay", "the TUI over a recorded session")
+    replay.add_argument("session", help="session id (see `gpudoctor history`), or `last`")
+    replay.add_argument("--lang", choices=("en", "zh"), default=None)
+
+    remedies = add("remedies", "print the remedy catalogue")
+    remedies.add_argument("--lang", choices=("en", "zh"), default=None)
+    return parser
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value

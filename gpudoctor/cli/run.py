@@ -1,0 +1,170 @@
+"""`gpudoctor run [OPTIONS] -- CMD`: the job launched under the doctor, headless (a
+status line each tick on stderr) or in the TUI; the summary after it, the report file,
+the job's own exit code."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+
+from gpudoctor.app import errors, sessions
+from gpudoctor.app import run as running
+from gpudoctor.cli.common import (
+    UsageError,
+    command_of,
+    err,
+    lang_of,
+    on_terminal,
+    open_store,
+    report_path,
+    write_file,
+)
+from gpudoctor.jobs import LaunchedJob, LaunchError
+from gpudoctor.store import Store
+from gpudoctor.timeline import Timeline
+
+
+def command(args: argparse.Namespace) -> int:
+    request = running.RunRequest(
+        command=command_of(args, "run"),
+        interval_s=args.interval,
+        max_seconds=args.max_seconds,
+        profile_steps=args.profile_steps,
+        profile_trace=args.profile_trace,
+    )
+    path = report_path(args, "run")
+    try:
+        running.profile_env(request)  # checked before anything starts
+    except errors.NotPossible as exc:
+        raise UsageError(f"gpudoctor run: {exc}") from None
+    headless = args.headless
+    if not headless and not on_terminal():
+        print("gpudoctor: no terminal for the TUI: running headless.", file=sys.stderr)
+        headless = True
+    store = open_store(args)
+    if not headless:
+        return in_tui(request, store, lang_of(args), path, args.store)
+    try:
+        job = running.launch(request, store)
+    except LaunchError as exc:
+        print(f"gpudoctor: {exc}", file=sys.stderr)
+        store.close()
+        return exc.exit_code
+    try:
+        with ctrl_c_reaches_the_job(job):
+            result = running.follow(job, store, lang_of(args), on_tick=print_status)
+    finally:
+        job.close()
+        store.close()
+    return show(result, path)
+
+
+def print_status(timeline: Timeline) -> None:
+    from gpudoctor.live import status_line
+
+    print(status_line(timeline), file=sys.stderr, flush=True)
+
+
+def show(result: running.RunResult, path: Path | None) -> int:
+    """After a run or a watch: the summary, any notes, the report file; the exit code."""
+    from gpudoctor.report.render import markdown, summary
+
+    err(summary(result.report))
+    for note in result.notes:
+        print(f"gpudoctor: {note}", file=sys.stderr)
+    if path is not None:
+        text = result.report.to_json() if path.suffix == ".json" else markdown(result.report)
+        write_file(path, text)
+    return result.exit_code
+
+
+class ctrl_c_reaches_the_job:
+    """While the job runs headless: Ctrl-C stops it politely (it reaches the job from the
+    terminal too; when not, the doctor sends it), twice sends SIGTERM, three times
+    SIGKILL; a SIGTERM to the doctor is passed on."""
+
+    def __init__(self, job: LaunchedJob) -> None:
+        self.job = job
+        self.presses = 0
+        self.previous: dict[int, object] = {}
+
+    def __enter__(self) -> ctrl_c_reaches_the_job:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self.previous[sig] = signal.signal(sig, self.on_signal)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+
+    def on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if signum != signal.SIGINT:
+            self.job.signal_job(signum)
+            return
+        self.presses += 1
+        if self.presses == 1:
+            if not terminal_delivered():
+                self.job.signal_job(signal.SIGINT)
+            print(
+                "\ngpudoctor: waiting for the job to stop (Ctrl-C again to force)", file=sys.stderr
+            )
+        else:
+            self.job.signal_job(signal.SIGTERM if self.presses == 2 else signal.SIGKILL)
+
+
+def terminal_delivered() -> bool:
+    """Ctrl-C at the terminal reaches the whole foreground group, the job included."""
+    try:
+        return os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp()
+    except OSError:
+        return False
+
+
+def in_tui(
+    request: running.RunRequest, store: Store, lang: str, path: Path | None, store_arg: Path | None
+) -> int:
+    """The job in its own session, its output in a log file beside the store; the app
+    follows it in a thread worker. The report is built and kept as headless."""
+    from gpudoctor.tui.app import make_live_app
+
+    try:
+        log_path, log = sessions.open_log(store, "job")
+    except errors.NotPossible as exc:
+        store.close()
+        raise UsageError(f"gpudoctor run: {exc}") from None
+    try:
+        job = running.launch(request, store, output=log, own_terminal=True)
+    except LaunchError as exc:
+        log.close()
+        store.close()
+        print(f"gpudoctor: {exc}", file=sys.stderr)
+        return exc.exit_code
+    live = make_live_app(job, log_path, lang)
+    try:
+        live.run()
+    finally:
+        running.leave_running(job)  # the app failed: the job goes on
+        log.close()
+    if job.timeline.exit is None:
+        job.close()
+        store.close()
+        print(f"gpudoctor: the job (pid {job.job_pid}) was left running", file=sys.stderr)
+        return running.DOCTOR_FAILED
+    notes: tuple[str, ...] = (f"the job's output is in {log_path}",)
+    if job.timeline.exit.ended_by == "detached":
+        notes += (f"the job (pid {job.job_pid}) was left running",)
+    try:
+        result = running.conclude(job, store, lang, notes)
+    finally:
+        job.close()
+        store.close()
+    code = show(result, path)
+    if live.trial_request is not None:
+        from gpudoctor.cli import trial
+
+        return trial.from_tui(request.command, live.trial_request, lang, store_arg)
+    return code

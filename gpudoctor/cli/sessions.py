@@ -1,0 +1,75 @@
+"""`gpudoctor history`, `report SESSION`, `replay SESSION`: recorded sessions."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from gpudoctor.app import errors, sessions
+from gpudoctor.cli.common import UsageError, lang_of, on_terminal, open_store
+from gpudoctor.report.build import build
+from gpudoctor.report.render import markdown
+from gpudoctor.store import StoreError
+from gpudoctor.timeline import Timeline
+
+
+def history(args: argparse.Namespace) -> int:
+    store = open_store(args)
+    try:
+        rows = store.sessions()
+    except StoreError as exc:
+        raise UsageError(f"gpudoctor: {exc}") from None
+    finally:
+        store.close()
+    if not rows:
+        print(f"no recorded sessions in {store.path}")
+        return 0
+    print(
+        f"{'id':>4}  {'started':16}  {'took':>7}  {'ended':22}  {'steps':>6}  {'top finding':26}  command"
+    )
+    for row in rows[: args.limit]:
+        started = time.strftime("%Y-%m-%d %H:%M", time.localtime(row.started_unix))
+        took = f"{row.duration_s:.0f}s" if row.duration_s is not None else "-"
+        ended = f"{row.exit.ended_by} ({row.exit.exit_code})" if row.exit else "incomplete"
+        steps = row.summary.get("steps")
+        # a watched job's steps are not counted (py-spy samples them): "watch" says why
+        steps = ("watch" if row.summary.get("mode") == "watch" else "-") if steps is None else steps
+        top = row.summary.get("top_finding") or "-"
+        command = " ".join(row.command)
+        print(
+            f"{row.id:>4}  {started:16}  {took:>7}  {ended:22}  {steps!s:>6}  {top:26}  {command[:60]}"
+        )
+    return 0
+
+
+def loaded(args: argparse.Namespace, name: str) -> tuple[int, Timeline]:
+    store = open_store(args)
+    try:
+        return sessions.load(store, args.session)
+    except errors.NotPossible as exc:
+        raise UsageError(f"gpudoctor {name}: {exc}") from None
+    finally:
+        store.close()
+
+
+def report(args: argparse.Namespace) -> int:
+    session_id, timeline = loaded(args, "report")
+    rebuilt = build(timeline, session_id, lang_of(args))
+    sys.stdout.write(rebuilt.to_json() if args.format == "json" else markdown(rebuilt))
+    return 0
+
+
+def replay(args: argparse.Namespace) -> int:
+    session_id, timeline = loaded(args, "replay")
+    if not on_terminal():
+        raise UsageError("gpudoctor replay: needs a terminal (for a text report: gpudoctor report)")
+    from gpudoctor.cli import trial
+    from gpudoctor.tui.app import make_replay_app
+
+    lang = lang_of(args)
+    viewer = make_replay_app(timeline, session_id, lang)
+    viewer.run()
+    if viewer.trial_request is not None:
+        return trial.from_tui(tuple(timeline.command), viewer.trial_request, lang, args.store)
+    return 0

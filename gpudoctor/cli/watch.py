@@ -1,0 +1,89 @@
+"""`gpudoctor watch --pid PID`: a job the doctor did not start, watched from outside;
+every way out leaves it running."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+
+from gpudoctor.app import errors
+from gpudoctor.app import run as running
+from gpudoctor.cli.common import (
+    USAGE_ERROR,
+    UsageError,
+    lang_of,
+    on_terminal,
+    open_store,
+    report_path,
+)
+from gpudoctor.cli.run import print_status, show
+from gpudoctor.jobs import WatchedJob
+from gpudoctor.sources.nvml import NvmlReader
+from gpudoctor.store import Store
+
+
+def command(args: argparse.Namespace) -> int:
+    path = report_path(args, "watch")
+    lang = lang_of(args)
+    headless = args.headless or not on_terminal()
+    nvml = NvmlReader()
+    try:
+        target = running.check_watch(args.pid, nvml, headless)
+    except errors.NotPossible as exc:
+        raise UsageError(f"gpudoctor watch: {exc}") from None
+    store = open_store(args)
+    if headless and not args.headless:
+        print("gpudoctor: no terminal for the TUI: watching headless.", file=sys.stderr)
+    job = running.watch(target.pid, store, args.interval, args.max_seconds, nvml, target.py_spy)
+    if not headless:
+        return in_tui(job, store, lang, path, target)
+    print(
+        f"gpudoctor: watching pid {target.pid} ({' '.join(target.command)[:80]}); "
+        "Ctrl-C leaves it running",
+        file=sys.stderr,
+    )
+
+    def leave(signum: int, frame: FrameType | None) -> None:
+        job.detach()  # Ctrl-C at the doctor: leave, the job goes on
+
+    previous = {s: signal.signal(s, leave) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        result = running.follow(job, store, lang, on_tick=print_status)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        job.close()
+        store.close()
+    return show(result, path)
+
+
+def in_tui(
+    job: WatchedJob, store: Store, lang: str, path: Path | None, target: running.WatchTarget
+) -> int:
+    from gpudoctor.tui.app import make_live_app
+
+    live = make_live_app(job, None, lang)
+    try:
+        live.run()
+    finally:
+        running.leave_running(job)
+        job.close()
+    if job.timeline.exit is None:
+        store.close()
+        print("gpudoctor: the watch did not end cleanly; the job goes on", file=sys.stderr)
+        return running.DOCTOR_FAILED
+    notes = (
+        (f"pid {job.job_pid} was left running",) if job.timeline.exit.ended_by == "detached" else ()
+    )
+    try:
+        result = running.conclude(job, store, lang, notes)
+    finally:
+        store.close()
+    show(result, path)
+    if not target.python:
+        print(f"gpudoctor watch: {running.not_python(target.pid, target.command)}", file=sys.stderr)
+        return USAGE_ERROR
+    return 0

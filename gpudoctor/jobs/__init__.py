@@ -1,0 +1,8 @@
+"""The jobs the doctor follows: one it launches with the probe inside (launched.py),
+one it watches from outside (watched.py), and the one loop both run (source.py)."""
+
+from gpudoctor.jobs.launched import LaunchedJob, LaunchError, probe_env
+from gpudoctor.jobs.source import JobSource, OnTick
+from gpudoctor.jobs.watched import WatchedJob
+
+__all__ = ["JobSource", "LaunchError", "LaunchedJob", "OnTick", "WatchedJob", "probe_env"]

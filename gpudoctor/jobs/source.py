@@ -1,0 +1,250 @@
+"""A job the doctor follows, and the one loop that follows it.
+
+Two kinds: a job the doctor launched with the probe inside (launched.py) and a process
+it watches from outside (watched.py). Both are a `Recorder`: the timeline and the store,
+the host and GPU readings each tick, and `run`, the loop that waits for the job's
+messages and its end, ticks at the interval, and ends with the job, at --max-seconds,
+or when the doctor leaves (`detach`). What differs is a handful of small methods.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import selectors
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from gpudoctor.model import EndedBy, GpuSample, HostSample, JobExit
+from gpudoctor.processes import ProcessLister
+from gpudoctor.sources.host import HostReader
+from gpudoctor.sources.nvml import NvmlReader
+from gpudoctor.store import Store, encode
+from gpudoctor.timeline import Timeline
+
+OnTick = Callable[[Timeline], None]
+# Without a pidfd (Linux < 5.3) the loop looks for the job's end this often.
+POLL_S = 0.1
+
+
+class JobSource(Protocol):
+    """What the application layer and the TUI need of a job being followed."""
+
+    timeline: Timeline
+    session_id: int | None
+    interval_s: float
+    can_stop: bool  # the doctor may stop it (one it launched), or only leave it
+    can_profile: bool  # torch.profiler can be asked for over its next steps
+
+    @property
+    def job_pid(self) -> int | None: ...
+
+    def run(self, on_tick: OnTick | None = None) -> JobExit: ...
+
+    def stop(self, reason: EndedBy = "max-seconds") -> None: ...
+
+    def detach(self) -> None: ...
+
+    def request_profile(self, steps: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class GpuProcessNames:
+    """Adds the user and command of each GPU process (asked once per pid) to NVML's
+    readings, so the GPU panel and the recording say whose they are."""
+
+    def __init__(self) -> None:
+        self._lister = ProcessLister()
+        self._known: dict[int, tuple[str, str]] = {}
+
+    def fill(self, gpus: list[GpuSample]) -> list[GpuSample]:
+        pids = {p.pid for g in gpus for p in g.processes}
+        if not pids:
+            return gpus
+        new = pids - set(self._known)
+        if new:
+            self._known.update(self._lister.describe(new))
+        for pid in set(self._known) - pids:
+            del self._known[pid]
+        out = []
+        for g in gpus:
+            procs = tuple(
+                dataclasses.replace(p, user=self._known[p.pid][0], command=self._known[p.pid][1])
+                if p.pid in self._known
+                else p
+                for p in g.processes
+            )
+            out.append(dataclasses.replace(g, processes=procs))
+        return out
+
+
+class Recorder(ABC):
+    """What launching and watching share: the timeline and the store, the host and GPU
+    readings each tick, leaving the job running, and the loop. A kind of job says the
+    parts marked abstract for itself."""
+
+    can_stop = True
+    can_profile = False
+    first_tick_s: float | None = None  # None: one interval after the start
+
+    def __init__(
+        self,
+        command: list[str],
+        store: Store,
+        interval_s: float = 1.0,
+        max_seconds: float | None = None,
+        nvml: NvmlReader | None = None,
+    ) -> None:
+        self.command = command
+        self.store = store
+        self.interval_s = interval_s
+        self.max_seconds = max_seconds
+        self.nvml = nvml if nvml is not None else NvmlReader()
+        self._detached = False
+        self.timeline = Timeline(
+            command, time.time(), time.monotonic_ns(), gpu_reason=self.nvml.reason
+        )
+        self.session_id: int | None = None
+        self.host: HostReader | None = None
+        self.names = GpuProcessNames()
+
+    @property
+    @abstractmethod
+    def job_pid(self) -> int | None: ...
+
+    @abstractmethod
+    def start(self) -> None:
+        """Begin: the job launched, or the process found; the session created."""
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def run(self, on_tick: OnTick | None = None) -> JobExit:
+        """Follow the job until it ends, --max-seconds, or `detach`; how it ended."""
+        assert self.session_id is not None and self.job_pid is not None
+        selector = selectors.DefaultSelector()
+        for handle, tag in self._handles():
+            selector.register(handle, selectors.EVENT_READ, tag)
+        pidfd = open_pidfd(self.job_pid)
+        if pidfd is not None:
+            selector.register(pidfd, selectors.EVENT_READ, "exit")
+        started = time.monotonic()
+        first = self.interval_s if self.first_tick_s is None else self.first_tick_s
+        next_tick = started + first
+        ended = False
+        try:
+            while not ended:
+                if self._detached:
+                    self._readable("probe")
+                    self._read_counts()
+                    return self._finish(ended=False, returncode=None)
+                timeout = max(0.0, next_tick - time.monotonic())
+                if pidfd is None:
+                    timeout = min(timeout, POLL_S)
+                for key, _ in selector.select(timeout):
+                    if key.data == "exit":
+                        ended = True
+                    else:
+                        self._readable(key.data)
+                ended = ended or self._job_ended()
+                if ended:
+                    break
+                now = time.monotonic()
+                if now >= next_tick:
+                    self._tick()
+                    if on_tick is not None:
+                        on_tick(self.timeline)
+                    next_tick = max(next_tick + self.interval_s, now + self.interval_s / 2)
+                if self.max_seconds is not None and now - started >= self.max_seconds:
+                    self._time_is_up()
+                self._escalate()
+            returncode = self._wrap_up()
+        finally:
+            selector.close()
+            if pidfd is not None:
+                os.close(pidfd)
+        return self._finish(ended=True, returncode=returncode)
+
+    def detach(self) -> None:
+        """Leave the job running: the loop ends at its next turn (thread-safe)."""
+        self._detached = True
+
+    # -- what each kind of job says for itself ------------------------------------------------
+
+    def _handles(self) -> list[tuple[Any, str]]:
+        """Files to wait on besides the job's end, each with its tag for `_readable`."""
+        return []
+
+    def _readable(self, tag: str) -> None:
+        """A file of `_handles` has something (also called once when the doctor leaves)."""
+        return None  # nothing, unless the kind of job says otherwise
+
+    def _read_counts(self) -> None:
+        """Anything the job leaves to be read besides messages (the probe's counters)."""
+        return None  # nothing, unless the kind of job says otherwise
+
+    @abstractmethod
+    def _job_ended(self) -> bool: ...
+
+    @abstractmethod
+    def _time_is_up(self) -> None:
+        """--max-seconds has passed."""
+
+    def _escalate(self) -> None:
+        """Called each turn: a stop under way may need a harder signal."""
+        return None  # nothing, unless the kind of job says otherwise
+
+    def _wrap_up(self) -> int | None:
+        """The job ended: what is left to read; its return code if the doctor can know it."""
+        return None
+
+    @abstractmethod
+    def _finish(self, ended: bool, returncode: int | None) -> JobExit:
+        """How the run ended: the job ended (its return code when the doctor can know
+        it), or the doctor left it running."""
+
+    def _tick(self) -> None:
+        self._read_host_and_gpus()
+        self.store.commit()
+
+    @abstractmethod
+    def stop(self, reason: EndedBy = "max-seconds") -> None:
+        """Ask the job to stop (one the doctor launched), or leave it (one it watches)."""
+
+    def request_profile(self, steps: int) -> None:
+        raise NotImplementedError(f"{type(self).__name__} cannot profile (can_profile)")
+
+    def close(self) -> None:
+        """Release what following the job took (sockets, samplers, folders)."""
+        return None  # nothing, unless the kind of job says otherwise
+
+    # -- shared readings ----------------------------------------------------------------------
+
+    def _read_host_and_gpus(self) -> tuple[HostSample, list[GpuSample]]:
+        """One host and one GPU reading, into the timeline and the store; returned."""
+        assert self.session_id is not None and self.host is not None
+        host = self.host.read()
+        self.timeline.host.append(host)
+        self.store.add(self.session_id, "host", host.t_mono_ns, encode(host))
+        gpus = self.names.fill(self.nvml.read())
+        if gpus:
+            self.timeline.gpus.extend(gpus)
+            self.store.add(self.session_id, "gpu", gpus[0].t_mono_ns, [encode(g) for g in gpus])
+        return host, gpus
+
+
+def open_pidfd(pid: int) -> int | None:
+    """A file descriptor that becomes readable when the process ends (any process, not
+    only a child: Linux >= 5.3), or None where there is none."""
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return None
+    try:
+        return int(opener(pid))
+    except OSError:
+        return None
+
+
+__all__ = ["GpuProcessNames", "JobSource", "OnTick", "Recorder", "open_pidfd"]

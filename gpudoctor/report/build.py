@@ -1,0 +1,279 @@
+"""The report of one run, built from a Timeline alone (report/values.py holds its
+shape), so `gpudoctor report SESSION` rebuilds offline exactly what the run printed."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from gpudoctor.diagnosis.engine import diagnose
+from gpudoctor.diagnosis.remedies import CATALOGUE
+from gpudoctor.diagnosis.window import Window, percentile
+from gpudoctor.model import Finding
+from gpudoctor.prescribe.how import how
+from gpudoctor.report.values import (
+    FindingLine,
+    GpuSummary,
+    HostSummary,
+    ProbeInfo,
+    Profile,
+    RemedyLine,
+    Report,
+    StepMeasures,
+)
+from gpudoctor.timeline import Timeline
+
+# Facts that go into the report's audit, in this order.
+AUDIT_KEYS = (
+    "torch_version",
+    "device",
+    "cuda_device_name",
+    "cuda_capability",
+    "param_dtype",
+    "model",
+    "parameters",
+    "leaf_modules",
+    "conv_layers",
+    "optimizer",
+    "step_mode",
+    "dataloaders",
+    "cudnn_benchmark",
+    "forwards",
+    "forwards_with_grad",
+    "autocast_seen",
+    "backwards",
+    "optimizer_steps",
+    "compiled",
+    "data_parallel",
+    "ddp",
+    "rank",
+    "local_rank",
+    "world_size",
+    "input_shapes",
+    "script_options",
+    "cuda_total_bytes",
+)
+
+
+def build(timeline: Timeline, session_id: int | None, lang: str = "en") -> Report:
+    window = timeline.window()
+    findings = diagnose(window)
+    cores_allowed = timeline.host[-1].cores_allowed if timeline.host else 1
+    facts = timeline.merged_facts()
+    job_exit = timeline.exit
+    counts = timeline.counted_steps()
+    profile = facts.get("profile")
+    return Report(
+        session=session_id,
+        mode=timeline.mode,
+        watched_pid=timeline.watched_pid,
+        estimated=tuple(window.estimated_measures),
+        command=tuple(timeline.command),
+        exit_code=job_exit.exit_code if job_exit else None,
+        ended_by=job_exit.ended_by if job_exit else None,
+        exception_type=job_exit.exception_type if job_exit else None,
+        exception_message=job_exit.exception_message if job_exit else None,
+        duration_s=round(timeline.duration_s(), 3),
+        steps=_steps(window),
+        gpus=_gpus(window),
+        gpu_status=_gpu_status(timeline),
+        host=_host(window),
+        facts={k: facts[k] for k in AUDIT_KEYS if k in facts},
+        findings=tuple(_finding(f, facts, cores_allowed, lang) for f in findings),
+        probe=ProbeInfo(
+            processes=tuple(sorted(timeline.facts)),
+            stepping_processes=tuple(sorted(counts)),
+            steps_by_process=counts,
+            errors=tuple(timeline.probe_errors),
+            limits=tuple(facts.get("limits", ())),
+            dropped=sum(timeline.probe_dropped.values()),
+            lost_step_timings=timeline.lost_step_rows(),
+            bad_messages=timeline.bad_messages,
+        ),
+        # torch.profiler's top operators, when asked
+        profile=Profile.of(profile) if profile else None,
+        notes=tuple(_notes(timeline, window)),
+    )
+
+
+def _finding(f: Finding, facts: dict[str, Any], cores: int, lang: str) -> FindingLine:
+    return FindingLine(
+        id=f.id,
+        severity=f.severity,
+        title=f.title,
+        evidence=f.evidence,
+        estimated_gain=f.estimated_gain,
+        confidence=f.confidence,
+        remedies=tuple(
+            RemedyLine(
+                id=r,
+                title=CATALOGUE[r].title[lang],
+                how=how(r, facts, cores, lang),
+                guide=CATALOGUE[r].guide_section,
+            )
+            for r in f.remedies
+        ),
+    )
+
+
+def _steps(w: Window) -> StepMeasures:
+    steady = w.steady_steps
+    walls = [s.wall_ns / 1e6 for s in steady]
+    # batch sizes are seen on the steps measured in detail (the probe samples)
+    batches = [s.batch_size for s in w.detailed_steps if s.batch_size]
+    samples_per_s = w.samples_per_s
+    split = {k: round(v, 4) for k, v in w.split().items()}
+    if w.estimated or w.stacks:  # watch mode: no step was timed
+        return StepMeasures(
+            count=None,
+            steady_count=None,
+            median_ms=round(w.step_median_ms, 3) if w.steps_per_s else None,
+            p90_ms=None,
+            steps_per_s=round(w.steps_per_s, 2) if w.steps_per_s else None,
+            samples_per_s=None,
+            batch_size=None,
+            data_wait_fraction=round(w.data_wait_fraction, 4) if w.stack_total else None,
+            split=split,
+            syncs_per_step=None,
+            stack_samples=w.stack_total,
+        )
+    return StepMeasures(
+        count=w.total_steps,
+        steady_count=len(steady),
+        median_ms=round(statistics.median(walls), 3) if walls else None,
+        p90_ms=round(percentile(walls, 90), 3) if walls else None,
+        steps_per_s=round(w.steps_per_s, 2) if w.steps_per_s else None,
+        samples_per_s=round(samples_per_s, 2) if samples_per_s else None,
+        batch_size=statistics.median(batches) if batches else None,
+        data_wait_fraction=round(w.data_wait_fraction, 4) if steady else None,
+        split=split,
+        syncs_per_step=round(w.syncs_per_step, 2),
+    )
+
+
+def _gpus(w: Window) -> tuple[GpuSummary, ...]:
+    out = []
+    for index in sorted({g.index for g in w.gpus}):
+        samples = [g for g in w.gpus if g.index == index]
+        steady = [g for g in w.steady_gpus if g.index == index] or samples
+        util = [float(g.util_gpu_pct) for g in steady if g.util_gpu_pct is not None]
+        power = [g.power_w for g in steady if g.power_w is not None]
+        mem = [g.mem_used_bytes for g in samples if g.mem_used_bytes is not None]
+        reasons = sorted(
+            {r for g in steady for r in (g.clock_event_reasons or ()) if r != "gpu-idle"}
+        )
+        last = samples[-1]
+        out.append(
+            GpuSummary(
+                index=index,
+                name=last.name,
+                used_by_job=index in w.job_gpu_indices,
+                util_mean_pct=round(statistics.fmean(util), 1) if util else None,
+                util_p95_pct=percentile(util, 95) if util else None,
+                mem_used_max_bytes=max(mem) if mem else None,
+                mem_total_bytes=last.mem_total_bytes,
+                power_mean_w=round(statistics.fmean(power), 1) if power else None,
+                power_limit_w=last.power_limit_w,
+                temp_max_c=max((g.temp_c for g in samples if g.temp_c is not None), default=None),
+                clock_event_reasons=tuple(reasons),
+                samples=len(samples),
+            )
+        )
+    return tuple(out)
+
+
+def _gpu_status(timeline: Timeline) -> str:
+    if timeline.gpus:
+        return f"{len({g.index for g in timeline.gpus})} GPU(s) read through NVML"
+    return timeline.gpu_reason or "no GPU readings"
+
+
+def _host(w: Window) -> HostSummary | None:
+    hosts = w.steady_host
+    if not hosts:
+        return None
+    iowait = [h.iowait_pct for h in hosts if h.iowait_pct is not None]
+    return HostSummary(
+        cores=len(hosts[-1].cpu_pct_per_core),
+        cores_allowed=hosts[-1].cores_allowed,
+        cpu_mean_pct=round(statistics.fmean(h.cpu_pct for h in hosts), 1),
+        job_cpu_cores_mean=round(statistics.fmean(h.job_cpu_cores for h in hosts), 2),
+        job_processes_max=max(len(h.job) for h in hosts),
+        iowait_mean_pct=round(statistics.fmean(iowait), 1) if iowait else None,
+        mem_used_max_bytes=max(h.mem_used_bytes for h in hosts),
+        mem_total_bytes=hosts[-1].mem_total_bytes,
+        swap_used_max_bytes=max(h.swap_used_bytes for h in hosts),
+        disk_read_mean_bytes_per_s=round(statistics.fmean(h.disk_read_bytes_per_s for h in hosts)),
+        disk_write_mean_bytes_per_s=round(
+            statistics.fmean(h.disk_write_bytes_per_s for h in hosts)
+        ),
+        net_rx_mean_bytes_per_s=round(statistics.fmean(h.net_rx_bytes_per_s for h in hosts)),
+        net_tx_mean_bytes_per_s=round(statistics.fmean(h.net_tx_bytes_per_s for h in hosts)),
+        samples=len(hosts),
+    )
+
+
+def _notes(timeline: Timeline, w: Window) -> list[str]:
+    if timeline.mode == "watch":
+        return _watch_notes(timeline, w)
+    notes = []
+    if not timeline.facts and not timeline.steps:
+        notes.append(
+            "The probe saw no torch in the job (it never imported torch, or ran Python with "
+            "-E/-I): host and GPU readings only."
+        )
+    elif not timeline.steps and not timeline.lost_step_rows():
+        notes.append("The job imported torch but ran no training step the probe could see.")
+    elif len(w.steady_steps) < 5:
+        notes.append(f"Only {w.total_steps} steps: too few for the step-based findings.")
+    lost = timeline.lost_step_rows()
+    if lost:
+        notes.append(
+            f"{lost} steps were counted whose timings never reached the doctor (the job "
+            "ended between two sends of the probe, or they were dropped on the way): "
+            "the counts are exact, the step times are those of the others."
+        )
+    if timeline.probe_dropped:
+        notes.append(
+            f"The probe dropped {sum(timeline.probe_dropped.values())} step records (doctor busy)."
+        )
+    limits = timeline.merged_facts().get("limits") or []
+    for limit in limits:
+        notes.append(f"The probe measured less: {limit}.")
+    if timeline.bad_messages:
+        notes.append(
+            f"{timeline.bad_messages} malformed messages on the probe socket were ignored."
+        )
+    profile = timeline.merged_facts().get("profile")
+    if profile:
+        notes.append(
+            f"{profile.get('steps')} steps ran under torch.profiler (slower, and the table "
+            "was built in the job at the end): they are part of the step measures."
+        )
+    if timeline.exit is None:
+        notes.append("The doctor stopped before the job ended: the record ends there.")
+    return notes
+
+
+def _watch_notes(timeline: Timeline, w: Window) -> list[str]:
+    notes = [
+        f"Watched pid {timeline.watched_pid} from outside (no code in the job): GPU and "
+        "host readings are measured; the data wait, the step split and the step rate are "
+        "estimated from py-spy's samples of its main thread, and findings that rest on "
+        "them say confidence: estimated."
+    ]
+    facts = timeline.facts.get(timeline.watched_pid or -1, {})
+    if not facts.get("stack_sampling"):
+        notes.append("No stack sampling (not a Python process): GPU and host readings only.")
+    elif not w.stack_total:
+        notes.append("py-spy returned no samples of the main thread: no step estimates.")
+    elif not w.steps_per_s:
+        notes.append(
+            "No training-loop counter (a local named step, i, it, ...) rose between "
+            "readings: the step rate is unknown."
+        )
+    if timeline.exit is not None and timeline.exit.ended_by == "detached":
+        notes.append("The doctor left; the job was left running, untouched.")
+    elif timeline.exit is not None:
+        notes.append("The job ended while watched; its exit code is not visible from outside.")
+    return notes

@@ -1,0 +1,238 @@
+"""The report as people read it: the summary the command line prints after a run, and
+Markdown. One function per form; what both show (how the run ended, the step measures,
+the profile table) is worded once here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpudoctor.prescribe.batch_size import SAFETY_MARGIN, Found
+from gpudoctor.prescribe.trial import TrialResult
+from gpudoctor.report.values import SCHEMA, Profile, Report, StepMeasures
+
+SUMMARY_REMEDIES = 3  # remedies per finding in the printed summary (all in Markdown)
+SUMMARY_OPERATORS = 8  # profile rows in the printed summary (all in Markdown)
+
+
+def status_words(report: Report) -> str:
+    """How the run ended, in words (the summary, Markdown and history say it alike)."""
+    return ended_words(report.ended_by, report.exit_code, report.watched_pid)
+
+
+def ended_words(ended_by: str | None, exit_code: int | None, watched_pid: int | None) -> str:
+    """How a run ended, the one wording every face uses (`watched_pid`: watch mode)."""
+    if ended_by is None:
+        return "record incomplete (the doctor stopped first)"
+    if watched_pid is not None:
+        if ended_by == "detached":
+            return f"watched pid {watched_pid}, left running"
+        return f"watched pid {watched_pid} until it ended"
+    if ended_by == "detached":
+        return "left running"
+    return f"ended by {ended_by}, exit code {exit_code}"
+
+
+def summary(report: Report) -> str:
+    """What `gpudoctor run` and `watch` print at the end (on stderr)."""
+    s = report.steps
+    counted = f", {s.count} steps" if s.count is not None else ""
+    lines = [
+        "",
+        f"gpudoctor: session {report.session}: {status_words(report)}, "
+        f"{report.duration_s:.1f} s{counted}",
+    ]
+    if report.watched:
+        line = f"  from outside: {s.stack_samples} stack samples of the main thread"
+        if s.steps_per_s:
+            line += f", about {s.steps_per_s:.1f} steps/s"
+        if s.data_wait_fraction is not None:
+            line += f", data wait about {s.data_wait_fraction:.0%}"
+        lines.append(line)
+    elif s.median_ms is not None:
+        line = f"  step {s.median_ms:.1f} ms median, {s.p90_ms:.1f} ms p90"
+        if s.samples_per_s:
+            line += f", {s.samples_per_s:.1f} samples/s"
+        line += f", data wait {s.data_wait_fraction:.0%}"
+        lines.append(line)
+    lines.append(f"  GPU: {report.gpu_status}")
+    if not report.findings:
+        lines.append("  no findings: nothing measured points at a bottleneck")
+    for f in report.findings:
+        estimated = ", estimated" if f.estimated else ""
+        lines.append(f"  [{f.severity}{estimated}] {f.id}: {f.title}")
+        lines.append(f"      {f.evidence}")
+        lines += [f"      -> {r.id}: {r.how}" for r in f.remedies[:SUMMARY_REMEDIES]]
+    if report.profile is not None:
+        p = report.profile
+        lines.append(f"  {profile_title(p)}:")
+        for op in p.operators[:SUMMARY_OPERATORS]:
+            lines.append(
+                f"      {op.self_time_us(p.sort):>10.0f} us  {op.calls:>6} calls  {op.name}"
+            )
+        if p.trace:
+            lines.append(f"      trace: {p.trace}")
+    lines += [f"  note: {note}" for note in report.notes]
+    return "\n".join(lines) + "\n"
+
+
+def markdown(report: Report) -> str:
+    lines = [
+        f"# gpudoctor report (session {report.session})",
+        "",
+        f"- command: `{' '.join(report.command)}`",
+        f"- {status_words(report)}, {report.duration_s:.1f} s",
+        _steps_words(report),
+        f"- GPU: {report.gpu_status}",
+    ]
+    for g in report.gpus:
+        lines.append(
+            f"  - GPU {g.index} {g.name}: util mean {g.util_mean_pct}% p95 "
+            f"{g.util_p95_pct}%, memory max {_gib(g.mem_used_max_bytes)} of "
+            f"{_gib(g.mem_total_bytes)}, power {g.power_mean_w} W"
+        )
+    h = report.host
+    if h is not None:
+        lines.append(
+            f"- host: {h.cores_allowed} cores allowed, CPU {h.cpu_mean_pct}%, job "
+            f"{h.job_cpu_cores_mean} cores, iowait {h.iowait_mean_pct}%"
+        )
+    lines += ["", "## Findings", ""]
+    if not report.findings:
+        lines.append("No findings: nothing measured points at a bottleneck.")
+    for n, f in enumerate(report.findings, 1):
+        confidence = ", estimated" if f.estimated else ""
+        lines.append(f"{n}. **{f.id}** ({f.severity}{confidence}): {f.title}")
+        lines.append(f"   {f.evidence}")
+        for r in f.remedies:
+            lines.append(f"   - `{r.id}` {r.title} [guide: {r.guide}]: {r.how}")
+    if report.profile is not None:
+        p = report.profile
+        lines += ["", f"## {profile_title(p, heading=True)}", ""]
+        lines += ["| operator | calls | self CPU us | self device us |", "|---|---|---|---|"]
+        for op in p.operators:
+            lines.append(
+                f"| `{op.name}` | {op.calls} | {op.self_cpu_time_total_us} | "
+                f"{op.self_device_time_total_us} |"
+            )
+    if report.notes:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in report.notes]
+    return "\n".join(lines) + "\n"
+
+
+def profile_title(p: Profile, heading: bool = False) -> str:
+    unit = "self device" if p.sort == "device" else "self CPU"
+    if heading:
+        return f"Profile ({p.steps} steps, top operators by {unit} time)"
+    return f"profile of {p.steps} steps, top operators by {unit} time"
+
+
+def _steps_words(report: Report) -> str:
+    s: StepMeasures = report.steps
+    if report.watched:
+        words = f"- steps: not timed (watched from outside; {s.stack_samples} stack samples)"
+        if s.steps_per_s:
+            words += f", about {s.steps_per_s:.1f} steps/s ({s.median_ms:.1f} ms a step)"
+    else:
+        words = f"- steps: {s.count}"
+        if s.median_ms:
+            words += f", median {s.median_ms:.1f} ms, p90 {s.p90_ms:.1f} ms"
+        if s.samples_per_s:
+            words += f", {s.samples_per_s:.1f} samples/s"
+    if s.data_wait_fraction is not None:
+        approx = "about " if report.watched else ""
+        words += f", data wait {approx}{s.data_wait_fraction:.0%}"
+    return words
+
+
+# -- trial, compare, tune ------------------------------------------------------------------------
+
+
+def trial_text(r: TrialResult) -> str:
+    """A trial's (or a comparison's) outcome, as the command line prints it."""
+    c = r.comparison
+    b, t = c.baseline, c.treatment
+    unit = b.unit + "/s"
+    lines = ["", f"gpudoctor trial: {c.verdict}"]
+    lines += [f"  applied {a.remedy} via {a.via}: {a.change}" for a in r.applied]
+    lines.append(
+        f"  baseline  {round(b.samples_per_s, 2):.1f} {unit}, step "
+        f"{b.step_median_ms or 0:.1f} ms median, data wait {percent(b.data_wait_fraction)}"
+    )
+    lines.append(
+        f"  treatment {round(t.samples_per_s, 2):.1f} {unit}, step "
+        f"{t.step_median_ms or 0:.1f} ms median, data wait {percent(t.data_wait_fraction)}"
+    )
+    low, high = (round(x, 4) for x in c.ci95)
+    lines.append(
+        f"  speedup {round(c.speedup, 4):.2f}x (95% interval {low:.2f}-{high:.2f}); data wait "
+        f"{percent(b.data_wait_fraction)} -> {percent(t.data_wait_fraction)}"
+    )
+    lines.append(f"  treatment command: {r.treatment_shown}")
+    return "\n".join(lines) + "\n"
+
+
+def trial_markdown(r: TrialResult) -> str:
+    c = r.comparison
+    b, t = c.baseline, c.treatment
+    low, high = (round(x, 4) for x in c.ci95)
+    lines = [
+        "# gpudoctor trial",
+        "",
+        f"- verdict: **{c.verdict}**, speedup {round(c.speedup, 4):.2f}x "
+        f"(95% interval {low:.2f}-{high:.2f})",
+        f"- baseline: {round(b.samples_per_s, 2)} {b.unit}/s, data wait "
+        f"{percent(b.data_wait_fraction)}",
+        f"- treatment: {round(t.samples_per_s, 2)} {t.unit}/s, data wait "
+        f"{percent(t.data_wait_fraction)}",
+        f"- treatment command: `{r.treatment_shown}`",
+    ]
+    lines += [f"- applied `{a.remedy}` via {a.via}: {a.change}" for a in r.applied]
+    return "\n".join(lines) + "\n"
+
+
+def trial_document(r: TrialResult) -> dict[str, Any]:
+    """The trial report (`--report x.json`)."""
+    return {
+        "schema": SCHEMA,
+        "mode": "trial",
+        "command": list(r.baseline_command),
+        "trial": r.to_dict(),
+    }
+
+
+def tune_text(found: Found) -> str:
+    return (
+        f"\ngpudoctor tune: largest batch size that fits: {found.largest}; fastest: "
+        f"{found.fastest} (stopped by {found.stopped_by}; safety margin "
+        f"{SAFETY_MARGIN:.0%} of the memory limit)\n"
+    )
+
+
+def tune_markdown(found: Found) -> str:
+    rows = "\n".join(
+        f"| {t.batch_size} | {t.reason} | {t.as_dict()['samples_per_s'] or ''} |"
+        for t in found.tries
+    )
+    return (
+        f"# gpudoctor tune batch-size\n\n- largest that fits: {found.largest}\n"
+        f"- fastest: {found.fastest}\n- stopped by: {found.stopped_by}\n\n"
+        f"| batch size | result | samples/s |\n|---|---|---|\n{rows}\n"
+    )
+
+
+def tune_document(command: tuple[str, ...], found: Found) -> dict[str, Any]:
+    """The batch-size finder's report (`--report x.json`)."""
+    return {
+        "schema": SCHEMA,
+        "mode": "tune",
+        "command": list(command),
+        "batch_size": found.as_dict(),
+    }
+
+
+def percent(value: float | None) -> str:
+    return f"{value:.0%}" if value is not None else "n/a"
+
+
+def _gib(value: int | None) -> str:
+    return f"{value / 2**30:.1f} GiB" if value else "n/a"

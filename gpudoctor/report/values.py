@@ -1,0 +1,307 @@
+"""The report of one run as values (`gpudoctor.report/1`): frozen dataclasses, built
+once (report/build.py), written as JSON by `Report.to_json` and as text and Markdown by
+report/render.py. The JSON's keys, their order and their values are the contract."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+SCHEMA = "gpudoctor.report/1"
+
+Json = Any  # a value as JSON has it: what the probe audited is the job's own shapes
+
+
+@dataclass(frozen=True)
+class RemedyLine:
+    id: str
+    title: str
+    how: str
+    guide: str
+
+    def to_dict(self) -> dict[str, Json]:
+        return {"id": self.id, "title": self.title, "how": self.how, "guide": self.guide}
+
+
+@dataclass(frozen=True)
+class FindingLine:
+    id: str
+    severity: str
+    title: str
+    evidence: str
+    estimated_gain: float | None
+    confidence: str
+    remedies: tuple[RemedyLine, ...]
+
+    @property
+    def estimated(self) -> bool:
+        return self.confidence == "estimated"
+
+    def to_dict(self) -> dict[str, Json]:
+        return {
+            "id": self.id,
+            "severity": self.severity,
+            "title": self.title,
+            "evidence": self.evidence,
+            "estimated_gain": self.estimated_gain,
+            "confidence": self.confidence,
+            "remedies": [r.to_dict() for r in self.remedies],
+        }
+
+
+@dataclass(frozen=True)
+class StepMeasures:
+    """The step measures; in watch mode (`stack_samples` set) estimates from py-spy's
+    samples of the main thread, and no count."""
+
+    count: int | None
+    steady_count: int | None
+    median_ms: float | None
+    p90_ms: float | None
+    steps_per_s: float | None
+    samples_per_s: float | None
+    batch_size: float | None
+    data_wait_fraction: float | None
+    split: Mapping[str, float]
+    syncs_per_step: float | None
+    stack_samples: int | None = None  # watch mode only
+
+    def to_dict(self) -> dict[str, Json]:
+        out: dict[str, Json] = {
+            "count": self.count,
+            "steady_count": self.steady_count,
+            "median_ms": self.median_ms,
+            "p90_ms": self.p90_ms,
+            "steps_per_s": self.steps_per_s,
+            "samples_per_s": self.samples_per_s,
+            "batch_size": self.batch_size,
+            "data_wait_fraction": self.data_wait_fraction,
+            "split": dict(self.split),
+            "syncs_per_step": self.syncs_per_step,
+        }
+        if self.stack_samples is not None:
+            out["stack_samples"] = self.stack_samples
+        return out
+
+
+@dataclass(frozen=True)
+class GpuSummary:
+    index: int
+    name: str | None
+    used_by_job: bool
+    util_mean_pct: float | None
+    util_p95_pct: float | None
+    mem_used_max_bytes: int | None
+    mem_total_bytes: int | None
+    power_mean_w: float | None
+    power_limit_w: float | None
+    temp_max_c: float | None
+    clock_event_reasons: tuple[str, ...]
+    samples: int
+
+    def to_dict(self) -> dict[str, Json]:
+        return {
+            "index": self.index,
+            "name": self.name,
+            "used_by_job": self.used_by_job,
+            "util_mean_pct": self.util_mean_pct,
+            "util_p95_pct": self.util_p95_pct,
+            "mem_used_max_bytes": self.mem_used_max_bytes,
+            "mem_total_bytes": self.mem_total_bytes,
+            "power_mean_w": self.power_mean_w,
+            "power_limit_w": self.power_limit_w,
+            "temp_max_c": self.temp_max_c,
+            "clock_event_reasons": list(self.clock_event_reasons),
+            "samples": self.samples,
+        }
+
+
+@dataclass(frozen=True)
+class HostSummary:
+    cores: int
+    cores_allowed: int
+    cpu_mean_pct: float
+    job_cpu_cores_mean: float
+    job_processes_max: int
+    iowait_mean_pct: float | None
+    mem_used_max_bytes: int
+    mem_total_bytes: int
+    swap_used_max_bytes: int
+    disk_read_mean_bytes_per_s: int
+    disk_write_mean_bytes_per_s: int
+    net_rx_mean_bytes_per_s: int
+    net_tx_mean_bytes_per_s: int
+    samples: int
+
+    def to_dict(self) -> dict[str, Json]:
+        return {
+            "cores": self.cores,
+            "cores_allowed": self.cores_allowed,
+            "cpu_mean_pct": self.cpu_mean_pct,
+            "job_cpu_cores_mean": self.job_cpu_cores_mean,
+            "job_processes_max": self.job_processes_max,
+            "iowait_mean_pct": self.iowait_mean_pct,
+            "mem_used_max_bytes": self.mem_used_max_bytes,
+            "mem_total_bytes": self.mem_total_bytes,
+            "swap_used_max_bytes": self.swap_used_max_bytes,
+            "disk_read_mean_bytes_per_s": self.disk_read_mean_bytes_per_s,
+            "disk_write_mean_bytes_per_s": self.disk_write_mean_bytes_per_s,
+            "net_rx_mean_bytes_per_s": self.net_rx_mean_bytes_per_s,
+            "net_tx_mean_bytes_per_s": self.net_tx_mean_bytes_per_s,
+            "samples": self.samples,
+        }
+
+
+@dataclass(frozen=True)
+class ProbeInfo:
+    processes: tuple[int, ...]
+    stepping_processes: tuple[int, ...]
+    steps_by_process: Mapping[int, int]
+    errors: tuple[str, ...]
+    limits: tuple[str, ...]
+    dropped: int
+    lost_step_timings: int
+    bad_messages: int
+
+    def to_dict(self) -> dict[str, Json]:
+        return {
+            "processes": list(self.processes),
+            "stepping_processes": list(self.stepping_processes),
+            "steps_by_process": {str(pid): n for pid, n in self.steps_by_process.items()},
+            "errors": list(self.errors),
+            "limits": list(self.limits),
+            "dropped": self.dropped,
+            "lost_step_timings": self.lost_step_timings,
+            "bad_messages": self.bad_messages,
+        }
+
+
+@dataclass(frozen=True)
+class Operator:
+    """One row of torch.profiler's key_averages table, as the probe sent it."""
+
+    name: str
+    calls: int
+    cpu_time_total_us: float
+    self_cpu_time_total_us: float
+    device_time_total_us: float
+    self_device_time_total_us: float
+
+    def self_time_us(self, sort: str) -> float:
+        return self.self_device_time_total_us if sort == "device" else self.self_cpu_time_total_us
+
+    def to_dict(self) -> dict[str, Json]:
+        return {
+            "name": self.name,
+            "calls": self.calls,
+            "cpu_time_total_us": self.cpu_time_total_us,
+            "self_cpu_time_total_us": self.self_cpu_time_total_us,
+            "device_time_total_us": self.device_time_total_us,
+            "self_device_time_total_us": self.self_device_time_total_us,
+        }
+
+
+@dataclass(frozen=True)
+class Profile:
+    """torch.profiler's top operators over a few steps (the probe's capture)."""
+
+    capture: int | None
+    steps: int | None
+    sort: str  # "device" or "cpu": what the operators are ordered by
+    operators: tuple[Operator, ...]
+    trace: str | None
+
+    @classmethod
+    def of(cls, fact: Mapping[str, Json]) -> Profile:
+        return cls(
+            capture=fact.get("capture"),
+            steps=fact.get("steps"),
+            sort=str(fact.get("sort", "cpu")),
+            operators=tuple(Operator(**op) for op in fact.get("operators", ())),
+            trace=fact.get("trace"),
+        )
+
+    def to_dict(self) -> dict[str, Json]:
+        out: dict[str, Json] = {
+            "capture": self.capture,
+            "steps": self.steps,
+            "sort": self.sort,
+            "operators": [op.to_dict() for op in self.operators],
+        }
+        if self.trace is not None:
+            out["trace"] = self.trace
+        return out
+
+
+@dataclass(frozen=True)
+class Report:
+    session: int | None
+    mode: str  # "run" | "watch"
+    watched_pid: int | None
+    estimated: tuple[str, ...]  # measures estimated rather than measured (watch mode)
+    command: tuple[str, ...]
+    exit_code: int | None
+    ended_by: str | None
+    exception_type: str | None
+    exception_message: str | None
+    duration_s: float
+    steps: StepMeasures
+    gpus: tuple[GpuSummary, ...]
+    gpu_status: str
+    host: HostSummary | None
+    facts: Mapping[str, Json]  # what the probe audited (AUDIT_KEYS)
+    findings: tuple[FindingLine, ...]
+    probe: ProbeInfo
+    profile: Profile | None
+    notes: tuple[str, ...]
+
+    @property
+    def watched(self) -> bool:
+        return self.mode == "watch"
+
+    def to_dict(self) -> dict[str, Json]:
+        return {
+            "schema": SCHEMA,
+            "session": self.session,
+            "mode": self.mode,
+            "watched_pid": self.watched_pid,
+            "estimated": list(self.estimated),
+            "command": list(self.command),
+            "exit_code": self.exit_code,
+            "ended_by": self.ended_by,
+            "exception": (
+                {"type": self.exception_type, "message": self.exception_message}
+                if self.exception_type
+                else None
+            ),
+            "duration_s": self.duration_s,
+            "steps": self.steps.to_dict(),
+            "gpus": [g.to_dict() for g in self.gpus],
+            "gpu_status": self.gpu_status,
+            "host": self.host.to_dict() if self.host is not None else {},
+            "facts": dict(self.facts),
+            "findings": [f.to_dict() for f in self.findings],
+            "probe": self.probe.to_dict(),
+            "profile": self.profile.to_dict() if self.profile is not None else None,
+            "notes": list(self.notes),
+        }
+
+    def to_json(self) -> str:
+        return to_json(self.to_dict())
+
+    def summary(self) -> dict[str, Json]:
+        """What `gpudoctor history` shows of a run (kept in the store)."""
+        top = self.findings[0] if self.findings else None
+        return {
+            "steps": self.steps.count,
+            "median_ms": self.steps.median_ms,
+            "mode": self.mode,  # "watch": steps not counted, only estimated
+            "top_finding": f"{top.id} ({top.severity})" if top else None,
+        }
+
+
+def to_json(data: Mapping[str, Json]) -> str:
+    """The one JSON form of every report the doctor writes (run, trial, tune)."""
+    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
