@@ -53,7 +53,12 @@ def finding_ids(report: dict[str, Any]) -> list[str]:
 
 def load_recorded_session(name: str) -> Timeline:
     """A session recorded on a real GPU (scripts/gpu_checks.sh), replayed from its records."""
-    data = json.loads(gzip.decompress((FIXTURES / f"gpu_session_{name}.json.gz").read_bytes()))
+    return load_session_file(FIXTURES / f"gpu_session_{name}.json.gz")
+
+
+def load_session_file(path: Path) -> Timeline:
+    """A recorded session (scripts/export_session.py), replayed from its records."""
+    data = json.loads(gzip.decompress(path.read_bytes()))
     s = data["session"]
     timeline = Timeline(
         json.loads(s["command"]), s["started_unix"], s["start_mono_ns"], gpu_reason=s["gpu_reason"]

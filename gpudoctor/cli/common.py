@@ -8,7 +8,7 @@ import locale
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 if TYPE_CHECKING:
     from gpudoctor.store import Store
@@ -65,6 +65,17 @@ def report_path(args: argparse.Namespace, name: str) -> Path | None:
         if not path.parent.is_dir():
             raise UsageError(f"gpudoctor {name}: no such folder for --report: {path.parent}")
     return path
+
+
+def open_log(store: Store, prefix: str, name: str) -> tuple[Path, IO[bytes]]:
+    """A log file for the jobs' output beside the store, or one line and exit 2."""
+    from gpudoctor.app import errors, sessions
+
+    try:
+        return sessions.open_log(store, prefix)
+    except errors.NotPossible as exc:
+        store.close()
+        raise UsageError(f"gpudoctor {name}: {exc}") from None
 
 
 def on_terminal() -> bool:

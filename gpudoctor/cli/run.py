@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from types import FrameType
 
-from gpudoctor.app import errors, sessions
+from gpudoctor.app import errors
 from gpudoctor.app import run as running
 from gpudoctor.cli.common import (
     UsageError,
@@ -19,6 +19,7 @@ from gpudoctor.cli.common import (
     err,
     lang_of,
     on_terminal,
+    open_log,
     open_store,
     report_path,
     write_file,
@@ -131,11 +132,7 @@ def in_tui(
     follows it in a thread worker. The report is built and kept as headless."""
     from gpudoctor.tui.app import make_live_app
 
-    try:
-        log_path, log = sessions.open_log(store, "job")
-    except errors.NotPossible as exc:
-        store.close()
-        raise UsageError(f"gpudoctor run: {exc}") from None
+    log_path, log = open_log(store, "job", "run")
     try:
         job = running.launch(request, store, output=log, own_terminal=True)
     except LaunchError as exc:

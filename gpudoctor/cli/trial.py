@@ -6,13 +6,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from gpudoctor.app import errors, sessions
+from gpudoctor.app import errors
 from gpudoctor.app import trial as trials
 from gpudoctor.cli.common import (
     UsageError,
     command_of,
     err,
     lang_of,
+    open_log,
     open_store,
     report_path,
     say,
@@ -50,11 +51,7 @@ def run(request: trials.TrialRequest, path: Path | None, store_path: Path | None
         raise UsageError(f"gpudoctor trial: {exc}") from None
     store = open_store(argparse.Namespace(store=store_path))
     progress = say("gpudoctor trial")
-    try:
-        log_path, log = sessions.open_log(store, "trial")
-    except errors.NotPossible as exc:
-        store.close()
-        raise UsageError(f"gpudoctor trial: {exc}") from None
+    log_path, log = open_log(store, "trial", "trial")
     progress(f"the runs' output goes to {log_path}")
     try:
         result = trials.trial(request, store, progress, output=log)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from gpudoctor.app import errors, sessions
+from gpudoctor.app import errors
 from gpudoctor.app import tune as tuning
 from gpudoctor.app.progress import Progress
 from gpudoctor.cli.common import (
@@ -13,6 +13,7 @@ from gpudoctor.cli.common import (
     command_of,
     err,
     on_terminal,
+    open_log,
     open_store,
     report_path,
     say,
@@ -41,11 +42,7 @@ def command(args: argparse.Namespace) -> int:
         raise UsageError(f"gpudoctor tune: {exc}") from None
     store = open_store(args)
     progress = say("gpudoctor tune")
-    try:
-        log_path, log = sessions.open_log(store, "tune")
-    except errors.NotPossible as exc:
-        store.close()
-        raise UsageError(f"gpudoctor tune: {exc}") from None
+    log_path, log = open_log(store, "tune", "tune")
     progress(f"the runs' output goes to {log_path}")
 
     def search(said: Progress) -> Found:

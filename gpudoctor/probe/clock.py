@@ -115,6 +115,19 @@ class StepClock:
             self.pageable,
         )
 
+    def _set_parts(self, parts: tuple[int, ...] | list[int]) -> None:
+        (
+            self.loader,
+            self.outside,
+            self.forward,
+            self.backward,
+            self.optimizer,
+            self.forwards,
+            self.batch,
+            self.syncs,
+            self.pageable,
+        ) = parts
+
     def _emit(self, t_end: int, parts: tuple[int, ...]) -> None:
         start = self.last_end if self.last_end is not None else t_end
         loader, outside, forward, backward, optimizer, forwards, batch, syncs, pageable = parts
@@ -268,17 +281,7 @@ class StepClock:
             rest = [a - b for a, b in zip(now, done, strict=True)]
             rest[6] = self.batch_after_opt  # the batch is not a sum: the one seen since
             self._emit(self.last_opt_end, done)
-            (
-                self.loader,
-                self.outside,
-                self.forward,
-                self.backward,
-                self.optimizer,
-                self.forwards,
-                self.batch,
-                self.syncs,
-                self.pageable,
-            ) = rest
+            self._set_parts(rest)
             self.cycle = []
         self.cycle.append(key)
         if key == self.closer:

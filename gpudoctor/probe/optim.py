@@ -80,38 +80,32 @@ class OptimizerHooks:
                 except BaseException as exc:
                     drop_own_frame(exc)
                     raise
-            if not agent.detail:
-                try:
-                    result = hooked(*args, **kwargs)
-                except BaseException as exc:
-                    drop_own_frame(exc)
-                    raise
-                try:
-                    agent.optimizer_steps += 1
-                    closer = self.closer_ref
-                    if closer is not None and closer() is args[0]:
-                        t = now()
-                        agent.counted_ends.append(t)
-                        agent.page.values[STEPS] += 1  # looked up: the page maps later
-                        if self.others:
-                            self.others.clear()
-                        agent.countdown -= 1
-                        if agent.countdown <= 0 or t >= agent.deadline:
-                            agent.end_counting()
-                    else:
-                        self.cycle_changed(args[0])
-                except Exception as exc:
-                    agent.error("optimizer", exc, self)
-                return result
-            t0 = now()
-            clock.optimizer_start()
+            detail = agent.detail
+            if detail:
+                t0 = now()
+                clock.optimizer_start()
             try:
                 result = hooked(*args, **kwargs)
             except BaseException as exc:
                 drop_own_frame(exc)
                 raise
             try:
-                self.detailed(args[0], t0)
+                if detail:
+                    self.detailed(args[0], t0)
+                    return result
+                agent.optimizer_steps += 1
+                closer = self.closer_ref
+                if closer is not None and closer() is args[0]:
+                    t = now()
+                    agent.counted_ends.append(t)
+                    agent.page.values[STEPS] += 1  # looked up: the page maps later
+                    if self.others:
+                        self.others.clear()
+                    agent.countdown -= 1
+                    if agent.countdown <= 0 or t >= agent.deadline:
+                        agent.end_counting()
+                else:
+                    self.cycle_changed(args[0])
             except Exception as exc:
                 agent.error("optimizer", exc, self)
             return result
