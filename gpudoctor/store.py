@@ -208,6 +208,15 @@ def apply_record(timeline: Timeline, kind: str, data: Any) -> None:
         timeline.ingest_page(int(data["pid"]), int(data["steps"]))
     elif kind == "bad_messages":
         timeline.bad_messages = int(data)
+    elif kind == "stall":
+        timeline.stalls.append((int(data["from"]), int(data["to"])))
+    elif kind == "socket":
+        timeline.socket_remade.append(int(data["t"]))
+    elif kind == "hangup":
+        timeline.hung_up_ns = int(data["t"])
+    elif kind == "output":
+        timeline.output_log = data.get("path", timeline.output_log)
+        timeline.output_rotations = int(data.get("rotations", timeline.output_rotations))
 
 
 def encode(sample: Any) -> Any:

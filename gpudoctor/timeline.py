@@ -42,9 +42,18 @@ class Timeline:
     ends: dict[int, dict[str, Any]] = field(default_factory=dict)
     probe_errors: list[str] = field(default_factory=list)
     probe_dropped: dict[int, int] = field(default_factory=dict)
-    # the probe's counter pages: each stepping process's exact step count (protocol.py)
+    # each stepping process's exact step count: its counter page (protocol.py), or the
+    # count its messages carry when that is higher (a page read before the last step)
     page_steps: dict[int, int] = field(default_factory=dict)
     bad_messages: int = 0
+    # the doctor's own troubles: when it was stalled (from, to), when the probe socket
+    # had to be made again, when its terminal went away (it recorded on, headless)
+    stalls: list[tuple[int, int]] = field(default_factory=list)
+    socket_remade: list[int] = field(default_factory=list)
+    hung_up_ns: int | None = None
+    # the job's output, when the doctor keeps it in a log file; times it was rotated
+    output_log: str | None = None
+    output_rotations: int = 0
     exit: JobExit | None = None
     end_mono_ns: int | None = None
     # watch mode: the attached process (no probe inside it) and its stack chunks
@@ -76,12 +85,18 @@ class Timeline:
             self.probe_errors.append(f"pid {pid}: {error}")
         if "dropped" in message:
             self.probe_dropped[pid] = int(message["dropped"])
+        counts = message.get("counts")
+        if counts:  # the process's own cumulative count: exact whatever was lost
+            count = int(counts.get("steps", 0))
+            if count > self.page_steps.get(pid, 0):
+                self.page_steps[pid] = count
         if "end" in message:
             self.ends[pid] = message["end"]
 
     def ingest_page(self, pid: int, steps: int) -> None:
         """A process's exact step count, from its counter page."""
-        self.page_steps[pid] = steps
+        if steps > self.page_steps.get(pid, 0):
+            self.page_steps[pid] = steps
 
     # -- what the rest reads ------------------------------------------------------------
 

@@ -128,8 +128,9 @@ def test_sigkill_of_the_doctor_leaves_the_job_running_to_the_same_end(tmp_path: 
 
 
 def test_a_stopped_doctor_never_blocks_the_job_and_the_count_stays_exact(tmp_path: Path) -> None:
-    """The doctor frozen (SIGSTOP): its socket fills and the probe drops rows; the job
-    goes on, and the counter page keeps the count exact and says what was lost."""
+    """The doctor frozen (SIGSTOP) until the job has ended: its socket fills, the probe
+    keeps rows until the job ends; the job goes on, the counter page keeps the count
+    exact, and the report says what was lost and that the doctor was stalled."""
     script = job(tmp_path)
     out = tmp_path / "out.txt"
     doctor = start_doctor(tmp_path, PY, str(script), "3000", out=out)
@@ -147,7 +148,9 @@ def test_a_stopped_doctor_never_blocks_the_job_and_the_count_stays_exact(tmp_pat
     assert report["exit_code"] == 0
     assert report["steps"]["count"] == 3000
     lost = report["probe"]["lost_step_timings"]
-    assert lost > 0 and any(f"{lost} steps were counted" in n for n in report["notes"])
+    assert lost > 0 and any(f"{lost} step timings never reached" in n for n in report["notes"])
+    assert len(report["doctor"]["stalls"]) == 1
+    assert any("The doctor was stalled" in n for n in report["notes"])
 
 
 def test_garbage_on_the_probe_socket_changes_nothing(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from typing import IO, Any
 from gpudoctor import probe
 from gpudoctor.jobs.source import Recorder
 from gpudoctor.model import EndedBy, JobExit
-from gpudoctor.probe import ENV_SOCKET
+from gpudoctor.probe import ENV_DOCTOR_PID, ENV_SOCKET
 from gpudoctor.probe.profile import ENV_CONTROL
 from gpudoctor.sources.host import HostReader
 from gpudoctor.sources.nvml import NvmlReader
@@ -90,6 +90,7 @@ class LaunchedJob(Recorder):
                 self.command,
                 env={
                     **probe_env(self.server.path),
+                    ENV_DOCTOR_PID: str(os.getpid()),
                     ENV_CONTROL: self.control_path,
                     **self.extra_env,
                 },
@@ -147,6 +148,13 @@ class LaunchedJob(Recorder):
         self.host.step_pids = set(self.timeline.steps)
         self._read_host_and_gpus()
         self._read_pages()
+        if not self.server.still_bound():  # removed by someone: made again
+            assert self.session_id is not None
+            self._handles_changed = True
+            t = self.server.remade[-1]
+            self.timeline.socket_remade.append(t)
+            self.store.add(self.session_id, "socket", t, {"t": t})
+            self._drain()
         self.store.commit()
 
     def _read_pages(self) -> None:

@@ -27,6 +27,10 @@ from gpudoctor.timeline import Timeline
 OnTick = Callable[[Timeline], None]
 # Without a pidfd (Linux < 5.3) the loop looks for the job's end this often.
 POLL_S = 0.1
+# A turn of the loop this much later than it asked to wake: the doctor was stalled
+# (stopped, starved of CPU, swapped out) and says so in the report. The loop wakes at
+# least once an interval; a second late is far beyond the scheduler's own jitter.
+STALL_S = 1.0
 
 
 class JobSource(Protocol):
@@ -104,6 +108,7 @@ class Recorder(ABC):
         self.max_seconds = max_seconds
         self.nvml = nvml if nvml is not None else NvmlReader()
         self._detached = False
+        self._handles_changed = False  # the kind of job's files changed: wait on the new
         self.timeline = Timeline(
             command, time.time(), time.monotonic_ns(), gpu_reason=self.nvml.reason
         )
@@ -125,8 +130,7 @@ class Recorder(ABC):
         """Follow the job until it ends, --max-seconds, or `detach`; how it ended."""
         assert self.session_id is not None and self.job_pid is not None
         selector = selectors.DefaultSelector()
-        for handle, tag in self._handles():
-            selector.register(handle, selectors.EVENT_READ, tag)
+        self._wait_on(selector)
         pidfd = open_pidfd(self.job_pid)
         if pidfd is not None:
             selector.register(pidfd, selectors.EVENT_READ, "exit")
@@ -134,6 +138,7 @@ class Recorder(ABC):
         first = self.interval_s if self.first_tick_s is None else self.first_tick_s
         next_tick = started + first
         ended = False
+        awake = started  # when the loop last came back from waiting
         try:
             while not ended:
                 if self._detached:
@@ -143,7 +148,13 @@ class Recorder(ABC):
                 timeout = max(0.0, next_tick - time.monotonic())
                 if pidfd is None:
                     timeout = min(timeout, POLL_S)
-                for key, _ in selector.select(timeout):
+                events = selector.select(timeout)
+                now = time.monotonic()
+                late = now - awake - timeout
+                if late >= STALL_S:
+                    self._stalled(now - late, now)
+                awake = now
+                for key, _ in events:
                     if key.data == "exit":
                         ended = True
                     else:
@@ -154,6 +165,8 @@ class Recorder(ABC):
                 now = time.monotonic()
                 if now >= next_tick:
                     self._tick()
+                    if self._handles_changed:
+                        self._wait_on(selector)
                     if on_tick is not None:
                         on_tick(self.timeline)
                     next_tick = max(next_tick + self.interval_s, now + self.interval_s / 2)
@@ -166,6 +179,23 @@ class Recorder(ABC):
             if pidfd is not None:
                 os.close(pidfd)
         return self._finish(ended=True, returncode=returncode)
+
+    def _wait_on(self, selector: selectors.BaseSelector) -> None:
+        """(Again) wait on the kind of job's own files, as `_handles` gives them now."""
+        self._handles_changed = False
+        for key in list(selector.get_map().values()):
+            if key.data != "exit":
+                selector.unregister(key.fileobj)
+        for handle, tag in self._handles():
+            selector.register(handle, selectors.EVENT_READ, tag)
+
+    def _stalled(self, since: float, until: float) -> None:
+        """The doctor did not run from `since` to `until` (time.monotonic): said in the
+        report (the probe keeps its rows meanwhile, up to a bound)."""
+        assert self.session_id is not None
+        span = (int(since * 1e9), int(until * 1e9))  # the clock of time.monotonic_ns
+        self.timeline.stalls.append(span)
+        self.store.add(self.session_id, "stall", span[1], {"from": span[0], "to": span[1]})
 
     def detach(self) -> None:
         """Leave the job running: the loop ends at its next turn (thread-safe)."""

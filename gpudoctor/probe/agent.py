@@ -24,8 +24,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from . import ENV_OVERRIDES, ENV_SOCKET, protocol
-from .channel import Channel
+from . import ENV_DOCTOR_PID, ENV_OVERRIDES, ENV_SOCKET, protocol
+from .channel import FULL, SENT, Channel
 from .clock import END_NAMES, StepClock
 from .page import LAST_END, ROWS_DROPPED, ROWS_SENT, STEPS, CounterPage
 from .profile import Profiling
@@ -77,7 +77,7 @@ class Agent:
         self.torch: Any = None
         self.lock = threading.Lock()
         self.clock = StepClock()
-        self.channel = Channel(socket_path)
+        self.channel = Channel(socket_path, doctor_pid())
         self.page = CounterPage(os.path.dirname(socket_path))
         self.groups: list[Group] = []
         # The hooks a counted step does without (see clock.py, sampling): each part is
@@ -206,22 +206,21 @@ class Agent:
                 self.error(f"{group.name}-facts", exc)
         self.fact("optimizer_steps", self.optimizer_steps)
         self.fact("step_mode", END_NAMES[self.clock.level])
-        try:
-            steps = self.clock.take()
-        except Exception as exc:
-            steps = []
-            self.error("take", exc)
-        dropped = int(self.clock.dropped) + self.channel.dropped_rows
-        chunks = [
-            steps[i : i + protocol.MAX_STEPS_PER_MESSAGE]
-            for i in range(0, len(steps), protocol.MAX_STEPS_PER_MESSAGE)
-        ] or [[]]
-        for n, chunk in enumerate(chunks):
-            last = n == len(chunks) - 1
+        values = self.page.values
+        # Rows go a message at a time, taken as they go: when the doctor's queue is full
+        # (it is stalled), one message's rows go back and the rest never moved, so a
+        # long stall costs each flush one message, not the whole buffer.
+        batches = max(1, -(-len(self.clock.out) // protocol.MAX_STEPS_PER_MESSAGE))
+        for n in range(batches):
+            try:
+                chunk = self.clock.take(protocol.MAX_STEPS_PER_MESSAGE)
+            except Exception as exc:
+                chunk = []
+                self.error("take", exc)
             message: dict[str, Any] = {"v": protocol.VERSION, "pid": os.getpid(), "seq": self.seq}
             if chunk:
                 message["steps"] = chunk
-            if last:
+            if n == batches - 1:
                 if self.changed_facts:
                     changed, self.changed_facts = self.changed_facts, set()
                     message["facts"] = {k: self.facts[k] for k in changed if k in self.facts}
@@ -230,20 +229,32 @@ class Agent:
                     message["gauges"] = gauges
                 if self.unsent_errors:
                     message["errors"], self.unsent_errors = self.unsent_errors, []
-                if dropped:
-                    message["dropped"] = dropped
                 if end is not None:
                     message["end"] = end
-            if len(message) > 3 or chunk:
+            if len(message) == 3:
+                continue  # nothing to say
+            # the cumulative counts: the doctor sees every gap, whatever was lost on the way
+            dropped = int(self.clock.dropped) + self.channel.dropped_rows
+            message["counts"] = {
+                "steps": int(values[STEPS]),
+                "rows": self.channel.rows_sent + len(chunk),
+                "dropped": dropped,
+            }
+            if dropped:
+                message["dropped"] = dropped
+            status = self.channel.send(message, rows=len(chunk))
+            if status == SENT:
                 self.seq += 1
-                if not self.channel.send(message, rows=len(chunk)) and not self.channel.dead:
-                    # the doctor's queue is full: facts and errors go again next time
-                    # (sent only when they change); the rows are counted as dropped
-                    self.changed_facts.update(message.get("facts", ()))
-                    self.unsent_errors[:0] = message.get("errors", [])
-        values = self.page.values
+                continue
+            if status == FULL:
+                # the doctor is stalled or busy: the rows wait in the bounded buffer for
+                # the next flush; facts and errors go again (sent only when they change)
+                self.channel.dropped_rows += self.clock.give_back(chunk)
+                self.changed_facts.update(message.get("facts", ()))
+                self.unsent_errors[:0] = message.get("errors", [])
+            break
         values[ROWS_SENT] = self.channel.rows_sent
-        values[ROWS_DROPPED] = dropped
+        values[ROWS_DROPPED] = int(self.clock.dropped) + self.channel.dropped_rows
 
     def cuda_gauges(self) -> dict[str, Any]:
         """The CUDA caching allocator's gauges, on a job that uses CUDA."""
@@ -317,6 +328,14 @@ class Agent:
 
 
 AGENT: Agent | None = None
+
+
+def doctor_pid() -> int | None:
+    """The doctor's process (to tell a missing socket from a doctor that has gone)."""
+    try:
+        return int(os.environ[ENV_DOCTOR_PID])
+    except (KeyError, ValueError):
+        return None
 
 
 def read_overrides() -> dict[str, Any]:

@@ -1,17 +1,28 @@
-"""Non-blocking datagram sender: never waits, never raises, drops and counts when full."""
+"""Non-blocking datagram sender: never waits, never raises.
+
+`send` says what became of a message: SENT; FULL, the doctor's queue is full (it is
+stalled, stopped or starved of CPU) or its socket is missing for now (removed by
+someone, about to be made again): the probe keeps the rows and tries again at its next
+flush; DEAD, the doctor is gone (nobody listens on the socket, or its folder and its
+process are gone): the probe goes dormant.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import errno
 import json
+import os
 import socket
 from typing import Any
 
+SENT, FULL, DEAD = "sent", "full", "dead"
+
 
 class Channel:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, doctor_pid: int | None = None) -> None:
         self.path = path
+        self.doctor_pid = doctor_pid
         self.dead = False  # the doctor is gone: the probe goes dormant
         self.dropped_rows = 0
         self.rows_sent = 0
@@ -31,23 +42,37 @@ class Channel:
         self.dropped_rows = 0
         self.rows_sent = 0
 
-    def send(self, message: dict[str, Any], rows: int = 0) -> bool:
+    def send(self, message: dict[str, Any], rows: int = 0) -> str:
         if self.dead:
-            return False
+            return DEAD
         try:
             payload = json.dumps(message, separators=(",", ":"), default=repr).encode()
             self._sock.sendto(payload, self.path)
             self.rows_sent += rows
-            return True
-        except BlockingIOError:  # the doctor's queue is full: drop, never wait
-            self.dropped_rows += rows
-            return False
+            return SENT
+        except (BlockingIOError, InterruptedError):  # the doctor's queue is full: never wait
+            return FULL
         except OSError as exc:
+            if exc.errno == errno.ENOENT and self._doctor_alive():
+                return FULL  # the socket was removed; the doctor makes it again
             if exc.errno in (errno.ECONNREFUSED, errno.ENOENT, errno.ENOTCONN):
                 self.dead = True
-            else:
-                self.dropped_rows += rows
+                return DEAD
+            return FULL  # anything else (ENOBUFS, ...): as full, tried again later
+
+    def _doctor_alive(self) -> bool:
+        """The socket is missing: is the doctor still there to make it again?"""
+        if not os.path.isdir(os.path.dirname(self.path)):
+            return False  # the doctor removed its folder: it has finished
+        if self.doctor_pid is None:
+            return True
+        try:
+            os.kill(self.doctor_pid, 0)
+        except ProcessLookupError:
             return False
+        except OSError:
+            return True  # alive, owned by someone else
+        return True
 
     def close(self) -> None:
         with contextlib.suppress(OSError):

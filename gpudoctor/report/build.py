@@ -11,7 +11,9 @@ from gpudoctor.diagnosis.remedies import CATALOGUE
 from gpudoctor.diagnosis.window import Window, percentile
 from gpudoctor.model import Finding
 from gpudoctor.prescribe.how import how
+from gpudoctor.probe.clock import MAX_BUFFERED_STEPS
 from gpudoctor.report.values import (
+    DoctorInfo,
     FindingLine,
     GpuSummary,
     HostSummary,
@@ -19,10 +21,13 @@ from gpudoctor.report.values import (
     Profile,
     RemedyLine,
     Report,
+    Stall,
     StepMeasures,
 )
 from gpudoctor.timeline import Timeline
 
+# Stalls said one by one in the notes; the rest summed in one line.
+MAX_STALL_NOTES = 5
 # Facts that go into the report's audit, in this order.
 AUDIT_KEYS = (
     "torch_version",
@@ -93,7 +98,66 @@ def build(timeline: Timeline, session_id: int | None, lang: str = "en") -> Repor
         # torch.profiler's top operators, when asked
         profile=Profile.of(profile) if profile else None,
         notes=tuple(_notes(timeline, window)),
+        doctor=_doctor(timeline),
     )
+
+
+def _doctor(timeline: Timeline) -> DoctorInfo:
+    def at(t_ns: int) -> float:
+        return round((t_ns - timeline.start_mono_ns) / 1e9, 1)
+
+    return DoctorInfo(
+        stalls=tuple(Stall(at(a), round((b - a) / 1e9, 1)) for a, b in timeline.stalls),
+        socket_remade_at_s=tuple(at(t) for t in timeline.socket_remade),
+        terminal_hung_up_at_s=at(timeline.hung_up_ns) if timeline.hung_up_ns else None,
+        output_log=timeline.output_log,
+        output_rotations=timeline.output_rotations,
+    )
+
+
+def clock_text(seconds: float) -> str:
+    """A moment of the run as a clock reads it: 00:03, 12:41, 1:02:05."""
+    whole = int(seconds)
+    h, rest = divmod(whole, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
+
+
+def _doctor_notes(timeline: Timeline) -> list[str]:
+    """The doctor's own troubles, each in one line (after the probe's)."""
+    info = _doctor(timeline)
+    kept = not timeline.probe_dropped or not any(timeline.probe_dropped.values())
+    notes = []
+    for stall in info.stalls[:MAX_STALL_NOTES]:
+        notes.append(
+            f"The doctor was stalled {stall.seconds:.1f} s at {clock_text(stall.at_s)} "
+            "(stopped, or starved of CPU)"
+            + ("; the probe kept the step timings meanwhile." if kept else ".")
+        )
+    if len(info.stalls) > MAX_STALL_NOTES:
+        more = info.stalls[MAX_STALL_NOTES:]
+        notes.append(
+            f"... and {len(more)} more stalls, {sum(s.seconds for s in more):.1f} s in all."
+        )
+    for t in info.socket_remade_at_s:
+        notes.append(
+            f"The probe's socket was removed at {clock_text(t)} (not by the doctor); "
+            "the doctor made it again at once."
+        )
+    if info.terminal_hung_up_at_s is not None:
+        notes.append(
+            f"The terminal went away at {clock_text(info.terminal_hung_up_at_s)} (SIGHUP): "
+            "the doctor recorded on, headless, to the end."
+        )
+    if info.output_log:
+        rotated = (
+            f"; it reached its cap {info.output_rotations} times, the part before is in "
+            f"{info.output_log}.1"
+            if info.output_rotations
+            else ""
+        )
+        notes.append(f"The job's output is in {info.output_log}{rotated}.")
+    return notes
 
 
 def _finding(f: Finding, facts: dict[str, Any], cores: int, lang: str) -> FindingLine:
@@ -227,15 +291,18 @@ def _notes(timeline: Timeline, w: Window) -> list[str]:
     elif len(w.steady_steps) < 5:
         notes.append(f"Only {w.total_steps} steps: too few for the step-based findings.")
     lost = timeline.lost_step_rows()
-    if lost:
+    dropped = min(lost, sum(timeline.probe_dropped.values()))
+    if dropped:
         notes.append(
-            f"{lost} steps were counted whose timings never reached the doctor (the job "
-            "ended between two sends of the probe, or they were dropped on the way): "
-            "the counts are exact, the step times are those of the others."
+            f"{dropped} step timings were dropped by the probe while the doctor could not "
+            f"take them (it keeps up to {MAX_BUFFERED_STEPS:,} meanwhile): the counts are "
+            "exact, the step times are those of the others."
         )
-    if timeline.probe_dropped:
+    if lost - dropped:
         notes.append(
-            f"The probe dropped {sum(timeline.probe_dropped.values())} step records (doctor busy)."
+            f"{lost - dropped} step timings never reached the doctor (the job ended before "
+            "the probe could send them): the counts are exact, the step times are those of "
+            "the others."
         )
     limits = timeline.merged_facts().get("limits") or []
     for limit in limits:
@@ -252,7 +319,7 @@ def _notes(timeline: Timeline, w: Window) -> list[str]:
         )
     if timeline.exit is None:
         notes.append("The doctor stopped before the job ended: the record ends there.")
-    return notes
+    return notes + _doctor_notes(timeline)
 
 
 def _watch_notes(timeline: Timeline, w: Window) -> list[str]:

@@ -179,6 +179,38 @@ class ProbeInfo:
 
 
 @dataclass(frozen=True)
+class Stall:
+    """A time the doctor did not run (stopped, starved of CPU, swapped out)."""
+
+    at_s: float  # seconds into the run
+    seconds: float
+
+    def to_dict(self) -> dict[str, Json]:
+        return {"at_s": self.at_s, "seconds": self.seconds}
+
+
+@dataclass(frozen=True)
+class DoctorInfo:
+    """What happened to the doctor itself while it recorded, and where the job's output
+    went: nothing of a run is lost without being said."""
+
+    stalls: tuple[Stall, ...]
+    socket_remade_at_s: tuple[float, ...]  # the probe's socket removed, made again
+    terminal_hung_up_at_s: float | None  # the terminal went away: recorded on headless
+    output_log: str | None  # the job's output, when the doctor kept it in a file
+    output_rotations: int  # times the log reached its cap (the part before: .1)
+
+    def to_dict(self) -> dict[str, Json]:
+        return {
+            "stalls": [s.to_dict() for s in self.stalls],
+            "socket_remade_at_s": list(self.socket_remade_at_s),
+            "terminal_hung_up_at_s": self.terminal_hung_up_at_s,
+            "output_log": self.output_log,
+            "output_rotations": self.output_rotations,
+        }
+
+
+@dataclass(frozen=True)
 class Operator:
     """One row of torch.profiler's key_averages table, as the probe sent it."""
 
@@ -256,6 +288,7 @@ class Report:
     probe: ProbeInfo
     profile: Profile | None
     notes: tuple[str, ...]
+    doctor: DoctorInfo
 
     @property
     def watched(self) -> bool:
@@ -286,6 +319,7 @@ class Report:
             "probe": self.probe.to_dict(),
             "profile": self.profile.to_dict() if self.profile is not None else None,
             "notes": list(self.notes),
+            "doctor": self.doctor.to_dict(),
         }
 
     def to_json(self) -> str:

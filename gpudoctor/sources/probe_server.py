@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import socket
+import time
 from itertools import chain
 from typing import Any
 
@@ -19,22 +20,58 @@ class ProbeServer:
     def __init__(self, path: str) -> None:
         self.path = path
         self.bad_messages = 0
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self._sock.bind(path)
-        self._sock.setblocking(False)
+        self.remade: list[int] = []  # when its socket file was found gone and made again
+        self.pending: list[tuple[dict[str, Any], bytes]] = []  # read from a socket replaced
+        self._inode = 0
+        self._sock = self._bind()
+
+    def _bind(self) -> socket.socket:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.bind(self.path)
+        sock.setblocking(False)
         # A deeper receive buffer: bursts queue here rather than being dropped.
         with contextlib.suppress(OSError):
-            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        self._inode = os.stat(self.path).st_ino
+        return sock
 
     def fileno(self) -> int:
         return self._sock.fileno()
 
+    def still_bound(self) -> bool:
+        """Whether the socket file is still this socket's. When someone removed it (a
+        cleaner of temp folders, a stray rm), it is made again at once: the probes try
+        again with the rows they kept. False when it was made again (the file
+        descriptor changed: wait on the new one)."""
+        try:
+            if os.stat(self.path).st_ino == self._inode:
+                return True
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return True
+        old = self._sock
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)  # someone else's file in its place: ours wins
+        try:
+            self._sock = self._bind()
+        except OSError:
+            return True  # the folder is gone too: nothing to wait on anew
+        self.pending = self._drain(old)
+        old.close()
+        self.remade.append(time.monotonic_ns())
+        return False
+
     def drain(self) -> list[tuple[dict[str, Any], bytes]]:
         """The messages waiting, each with its raw text (stored as it came)."""
+        out, self.pending = self.pending, []
+        return out + self._drain(self._sock)
+
+    def _drain(self, sock: socket.socket) -> list[tuple[dict[str, Any], bytes]]:
         out: list[tuple[dict[str, Any], bytes]] = []
         while True:
             try:
-                data = self._sock.recv(MAX_DATAGRAM)
+                data = sock.recv(MAX_DATAGRAM)
             except (BlockingIOError, InterruptedError):
                 return out
             message = parse(data)
@@ -68,7 +105,7 @@ def parse(data: bytes) -> dict[str, Any] | None:
         return None
     if set(map(type, chain.from_iterable(steps))) - {int}:
         return None
-    for key in ("facts", "gauges", "end"):
+    for key in ("facts", "gauges", "end", "counts"):
         if key in message and not isinstance(message[key], dict):
             return None
     if "errors" in message and not isinstance(message["errors"], list):
