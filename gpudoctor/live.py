@@ -40,6 +40,9 @@ def status_line(timeline: Timeline) -> str:
     if timeline.host:
         h = timeline.host[-1]
         parts.append(f"CPU {h.cpu_pct:.0f}% (job {h.job_cpu_cores:.1f} cores)")
+    trouble = timeline.store_trouble()
+    if trouble is not None:
+        parts.append(f"store not written ({trouble}): kept in memory")
     return f"[gpudoctor {elapsed:4.0f}s] " + " · ".join(parts)
 
 

@@ -9,19 +9,17 @@ same in the first minute and the tenth hour.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from gpudoctor.diagnosis.engine import diagnose
 from gpudoctor.diagnosis.window import percentile
 from gpudoctor.model import Finding, GpuSample, HostSample, JobExit
+from gpudoctor.terminal import OutputLine, TerminalView
 from gpudoctor.timeline import Timeline
 
 RECENT_STEPS = 2000
 RECENT_SAMPLES = 120  # host ticks (two minutes at 1 Hz), and as many per GPU
 HISTORY_POINTS = 60  # sparkline and plot lengths
-OUTPUT_TAIL_LINES = 200
-OUTPUT_TAIL_BYTES = 32_768
 
 
 @dataclass(frozen=True)
@@ -46,41 +44,21 @@ class Snapshot:
     findings: tuple[Finding, ...]
     facts: dict[str, Any] = field(default_factory=dict)
     job_gpu_pids: frozenset[int] = frozenset()
-    output_tail: tuple[str, ...] = ()
+    output_tail: tuple[OutputLine, ...] = ()  # as a terminal shows it (terminal.py)
     output_path: str | None = None
     mode: str = "run"  # "watch": no step timed; the step measures are estimates
     stack_samples: int = 0  # watch mode: py-spy's samples of the main thread
+    store_trouble: str | None = None  # why the store cannot be written now (kept in memory)
 
     @property
     def running(self) -> bool:
         return self.exit is None
 
 
-def read_tail(path: Path | None, lines: int = OUTPUT_TAIL_LINES) -> tuple[str, ...]:
-    """The last lines of the job's log (carriage-return progress bars keep their last state)."""
-    if path is None:
-        return ()
-    try:
-        with path.open("rb") as f:
-            f.seek(0, 2)
-            size = f.tell()
-            f.seek(max(0, size - OUTPUT_TAIL_BYTES))
-            data = f.read()
-    except OSError:
-        return ()
-    text = data.decode("utf-8", errors="replace")
-    out = [line.rsplit("\r", 1)[-1] for line in text.split("\n")]
-    if size > OUTPUT_TAIL_BYTES and out:
-        out = out[1:]  # the first line was cut
-    while out and not out[-1]:
-        out.pop()
-    return tuple(out[-lines:])
-
-
 def take(
     timeline: Timeline,
     job_pid: int | None = None,
-    output_path: Path | None = None,
+    output: TerminalView | None = None,
     until_ns: int | None = None,
 ) -> Snapshot:
     """The snapshot of a live run now, or of a recorded one at `until_ns`."""
@@ -120,10 +98,11 @@ def take(
         findings=findings,
         facts=w.facts,
         job_gpu_pids=w.job_pids,
-        output_tail=read_tail(output_path),
-        output_path=str(output_path) if output_path else None,
+        output_tail=output.read() if output is not None else (),
+        output_path=str(output.path) if output is not None else None,
         mode=timeline.mode,
         stack_samples=w.stack_total,
+        store_trouble=timeline.store_trouble() if until_ns is None else None,
     )
 
 

@@ -12,9 +12,12 @@ import json
 import os
 import socket
 import sqlite3
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from gpudoctor.model import GpuProcess, GpuSample, HostSample, JobExit, ProcSample, StackChunk
 from gpudoctor.timeline import Timeline
@@ -31,7 +34,9 @@ CREATE TABLE IF NOT EXISTS sessions (
     job_pid INTEGER,
     end_mono_ns INTEGER,
     exit_json TEXT,
-    summary_json TEXT
+    summary_json TEXT,
+    doctor_pid INTEGER,
+    output_path TEXT
 );
 CREATE TABLE IF NOT EXISTS records (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -41,7 +46,17 @@ CREATE TABLE IF NOT EXISTS records (
     data TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS records_by_session ON records(session_id, id);
+CREATE INDEX IF NOT EXISTS records_by_kind ON records(session_id, kind, id);
 """
+# How long a write waits for another process's lock before it is kept for later.
+BUSY_S = 0.25
+# Records kept in memory while the store cannot be written: about three hours of one
+# process at 1 Hz (a host, a GPU, a probe and a page record a tick), a few MB.
+MAX_UNSAVED = 50_000
+# At the end, how long the doctor tries to write the session's end into the store.
+FINISH_TRIES_S = 5.0
+# Columns added since the first stores: added to an older store when it is opened.
+ADDED_COLUMNS = {"doctor_pid": "INTEGER", "output_path": "TEXT"}
 
 
 class StoreError(Exception):
@@ -64,6 +79,24 @@ class SessionRow:
     exit: JobExit | None
     summary: dict[str, Any]
     duration_s: float | None
+    hostname: str | None = None
+    doctor_pid: int | None = None  # the doctor recording it
+    job_pid: int | None = None
+    output_path: str | None = None  # the job's output, when the doctor kept it
+
+    @property
+    def live(self) -> bool:
+        """Still being recorded: not ended, and its doctor runs here still (the same
+        process, not a later one given the same pid)."""
+        if self.exit is not None or self.doctor_pid is None:
+            return False
+        if self.hostname is not None and self.hostname != socket.gethostname():
+            return False
+        try:
+            created = psutil.Process(self.doctor_pid).create_time()
+        except psutil.Error:
+            return False
+        return created <= self.started_unix + 1.0
 
 
 class Store:
@@ -71,37 +104,59 @@ class Store:
         self.path = path
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self.db = sqlite3.connect(str(path), timeout=5.0, check_same_thread=False)
+            # a short wait for a lock: the loop must not stall on a store someone holds
+            self.db = sqlite3.connect(str(path), timeout=BUSY_S, check_same_thread=False)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.executescript(SCHEMA)
+            have = {row[1] for row in self.db.execute("PRAGMA table_info(sessions)")}
+            for name, kind in ADDED_COLUMNS.items():
+                if name not in have:
+                    self.db.execute(f"ALTER TABLE sessions ADD COLUMN {name} {kind}")
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"cannot use the session store {path}: {exc}") from None
         self._pending: list[tuple[int, int, str, str]] = []
+        self.trouble: str | None = None  # why the last commit failed, while it fails
+        self.lost = 0  # records let go while the store could not be written
 
     # -- writing ---------------------------------------------------------------------------
 
     def create_session(self, timeline: Timeline, cwd: str, job_pid: int | None = None) -> int:
-        with self.db:
-            cur = self.db.execute(
-                "INSERT INTO sessions (started_unix, start_mono_ns, command, cwd, hostname,"
-                " gpu_reason, job_pid) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    timeline.started_unix,
-                    timeline.start_mono_ns,
-                    json.dumps(timeline.command),
-                    cwd,
-                    socket.gethostname(),
-                    timeline.gpu_reason,
-                    job_pid,
-                ),
-            )
+        cur = self._write(
+            "INSERT INTO sessions (started_unix, start_mono_ns, command, cwd, hostname,"
+            " gpu_reason, job_pid, doctor_pid) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                timeline.started_unix,
+                timeline.start_mono_ns,
+                json.dumps(timeline.command),
+                cwd,
+                socket.gethostname(),
+                timeline.gpu_reason,
+                job_pid,
+                os.getpid(),
+            ),
+        )
         assert cur.lastrowid is not None
         return int(cur.lastrowid)
 
     def set_job_pid(self, session_id: int, pid: int) -> None:
-        with self.db:
-            self.db.execute("UPDATE sessions SET job_pid=? WHERE id=?", (pid, session_id))
+        self._write("UPDATE sessions SET job_pid=? WHERE id=?", (pid, session_id))
+
+    def set_output(self, session_id: int, path: Path) -> None:
+        self._write("UPDATE sessions SET output_path=? WHERE id=?", (str(path), session_id))
+
+    def _write(self, sql: str, params: tuple[Any, ...]) -> sqlite3.Cursor:
+        """One statement that must be written now (a session's start): a lock held by
+        another process is waited for, up to FINISH_TRIES_S; StoreError after that."""
+        deadline = time.monotonic() + FINISH_TRIES_S
+        while True:
+            try:
+                with self.db:
+                    return self.db.execute(sql, params)
+            except sqlite3.Error as exc:
+                if time.monotonic() >= deadline:
+                    raise StoreError(f"cannot write the session store {self.path}: {exc}") from None
+            time.sleep(0.25)
 
     def add(self, session_id: int, kind: str, t_mono_ns: int, data: Any) -> None:
         self._pending.append((session_id, t_mono_ns, kind, json.dumps(data)))
@@ -111,28 +166,65 @@ class Store:
         self._pending.append((session_id, t_mono_ns, kind, text))
 
     def commit(self) -> None:
+        """The records added since the last commit, written together. When the store
+        cannot be written (the disk is full, another process holds it locked), they are
+        kept and tried again at the next commit; `trouble` says why meanwhile, and past
+        MAX_UNSAVED the oldest are let go and counted in `lost`."""
         if not self._pending:
             return
-        rows, self._pending = self._pending, []
-        with self.db:
-            self.db.executemany(
-                "INSERT INTO records (session_id, t_mono_ns, kind, data) VALUES (?, ?, ?, ?)", rows
-            )
+        rows = list(self._pending)
+        try:
+            with self.db:
+                self.db.executemany(
+                    "INSERT INTO records (session_id, t_mono_ns, kind, data) VALUES (?, ?, ?, ?)",
+                    rows,
+                )
+        except sqlite3.Error as exc:
+            self.trouble = str(exc)
+            over = len(self._pending) - MAX_UNSAVED
+            if over > 0:
+                del self._pending[:over]
+                self.lost += over
+            return
+        del self._pending[: len(rows)]
+        self.trouble = None
+
+    @property
+    def unsaved(self) -> int:
+        return len(self._pending)
 
     def finish(
         self, session_id: int, end_mono_ns: int, job_exit: JobExit, summary: dict[str, Any]
     ) -> None:
-        self.commit()
-        with self.db:
-            self.db.execute(
-                "UPDATE sessions SET end_mono_ns=?, exit_json=?, summary_json=? WHERE id=?",
-                (
-                    end_mono_ns,
-                    json.dumps(dataclasses.asdict(job_exit)),
-                    json.dumps(summary),
-                    session_id,
-                ),
-            )
+        """The session's end; StoreError when it cannot be written (the records not
+        written are counted in the message)."""
+        deadline = time.monotonic() + FINISH_TRIES_S
+        while True:
+            self.commit()
+            try:
+                if self.trouble is None:
+                    with self.db:
+                        self.db.execute(
+                            "UPDATE sessions SET end_mono_ns=?, exit_json=?, summary_json=?"
+                            " WHERE id=?",
+                            (
+                                end_mono_ns,
+                                json.dumps(dataclasses.asdict(job_exit)),
+                                json.dumps(summary),
+                                session_id,
+                            ),
+                        )
+                    return
+            except sqlite3.Error as exc:
+                self.trouble = str(exc)
+            if time.monotonic() >= deadline:
+                unsaved = self.unsaved + self.lost
+                raise StoreError(
+                    f"the session store {self.path} could not be written ({self.trouble}): "
+                    f"session {session_id} stays incomplete there, {unsaved} records missing"
+                    " (the report above is whole)"
+                )
+            time.sleep(0.5)
 
     def close(self) -> None:
         try:
@@ -146,12 +238,14 @@ class Store:
         try:
             rows = self.db.execute(
                 "SELECT id, started_unix, command, exit_json, summary_json, start_mono_ns,"
-                " end_mono_ns FROM sessions ORDER BY id DESC"
+                " end_mono_ns, hostname, doctor_pid, job_pid, output_path"
+                " FROM sessions ORDER BY id DESC"
             ).fetchall()
         except sqlite3.Error as exc:
             raise StoreError(f"cannot read the session store {self.path}: {exc}") from None
         out = []
-        for sid, started, command, exit_json, summary_json, start_ns, end_ns in rows:
+        for row in rows:
+            sid, started, command, exit_json, summary_json, start_ns, end_ns = row[:7]
             out.append(
                 SessionRow(
                     id=sid,
@@ -160,33 +254,69 @@ class Store:
                     exit=JobExit(**json.loads(exit_json)) if exit_json else None,
                     summary=json.loads(summary_json) if summary_json else {},
                     duration_s=(end_ns - start_ns) / 1e9 if end_ns else None,
+                    hostname=row[7],
+                    doctor_pid=row[8],
+                    job_pid=row[9],
+                    output_path=row[10],
                 )
             )
         return out
 
     def load(self, session_id: int) -> Timeline:
+        timeline, _ = self.load_from(session_id)
+        return timeline
+
+    def load_from(self, session_id: int) -> tuple[Timeline, int]:
+        """The session's timeline as recorded so far, and its last record's id (to go on
+        from with `follow`)."""
         try:
             row = self.db.execute(
-                "SELECT command, started_unix, start_mono_ns, gpu_reason, end_mono_ns, exit_json"
-                " FROM sessions WHERE id=?",
+                "SELECT command, started_unix, start_mono_ns, gpu_reason FROM sessions WHERE id=?",
                 (session_id,),
             ).fetchone()
             if row is None:
                 raise StoreError(
                     f"no session {session_id} in {self.path} (see `gpudoctor history`)"
                 )
-            command, started, start_ns, gpu_reason, end_ns, exit_json = row
+            command, started, start_ns, gpu_reason = row
             timeline = Timeline(json.loads(command), started, start_ns, gpu_reason=gpu_reason)
-            for kind, data in self.db.execute(
-                "SELECT kind, data FROM records WHERE session_id=? ORDER BY id", (session_id,)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read the session store {self.path}: {exc}") from None
+        return timeline, self.follow(session_id, timeline, 0)
+
+    def follow(self, session_id: int, timeline: Timeline, after_id: int) -> int:
+        """The session's records after `after_id` applied to `timeline` (its end too,
+        once recorded); the last record's id."""
+        last = after_id
+        try:
+            for record_id, kind, data in self.db.execute(
+                "SELECT id, kind, data FROM records WHERE session_id=? AND id>? ORDER BY id",
+                (session_id, after_id),
             ):
                 apply_record(timeline, kind, json.loads(data))
+                last = record_id
+            end_ns, exit_json = self.db.execute(
+                "SELECT end_mono_ns, exit_json FROM sessions WHERE id=?", (session_id,)
+            ).fetchone()
         except sqlite3.Error as exc:
             raise StoreError(f"cannot read the session store {self.path}: {exc}") from None
         timeline.end_mono_ns = end_ns
         if exit_json:
             timeline.exit = JobExit(**json.loads(exit_json))
-        return timeline
+        return last
+
+    def counted_steps(self, session_id: int) -> int | None:
+        """An unfinished session's steps so far (its processes' counter pages), or None
+        where none was recorded."""
+        try:
+            rows = self.db.execute(
+                "SELECT json_extract(data, '$.pid'), MAX(json_extract(data, '$.steps'))"
+                " FROM records WHERE session_id=? AND kind='page' GROUP BY 1",
+                (session_id,),
+            ).fetchall()
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read the session store {self.path}: {exc}") from None
+        return sum(int(steps) for _, steps in rows) if rows else None
 
 
 # -- records: the one path from a stored row back into a timeline -------------------------
@@ -212,6 +342,9 @@ def apply_record(timeline: Timeline, kind: str, data: Any) -> None:
         timeline.stalls.append((int(data["from"]), int(data["to"])))
     elif kind == "socket":
         timeline.socket_remade.append(int(data["t"]))
+    elif kind == "store":
+        timeline.store_outages.append((int(data["from"]), int(data["to"]), str(data["why"])))
+        timeline.store_lost = int(data.get("lost", 0))
     elif kind == "hangup":
         timeline.hung_up_ns = int(data["t"])
     elif kind == "output":

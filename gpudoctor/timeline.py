@@ -51,6 +51,10 @@ class Timeline:
     stalls: list[tuple[int, int]] = field(default_factory=list)
     socket_remade: list[int] = field(default_factory=list)
     hung_up_ns: int | None = None
+    # when the store could not be written (from, to or None while it lasts, why), and
+    # the records let go meanwhile (kept in memory up to a bound, written after)
+    store_outages: list[tuple[int, int | None, str]] = field(default_factory=list)
+    store_lost: int = 0
     # the job's output, when the doctor keeps it in a log file; times it was rotated
     output_log: str | None = None
     output_rotations: int = 0
@@ -108,6 +112,11 @@ class Timeline:
             pid: max(self.step_counts.get(pid, 0), self.page_steps.get(pid, 0))
             for pid in sorted(pids)
         }
+
+    def store_trouble(self) -> str | None:
+        """Why the store cannot be written, while it cannot (the records wait in memory)."""
+        outages = self.store_outages
+        return outages[-1][2] if outages and outages[-1][1] is None else None
 
     def lost_step_rows(self) -> int:
         """Steps counted whose timings never arrived (the job died between two sends,

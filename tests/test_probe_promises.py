@@ -114,19 +114,6 @@ def test_results_are_the_same_under_the_doctor(tmp_path: Path) -> None:
     assert report["steps"]["count"] == 64
 
 
-def test_sigkill_of_the_doctor_leaves_the_job_running_to_the_same_end(tmp_path: Path) -> None:
-    script = job(tmp_path)
-    expected = plain_output(script, "160", "0.02")
-    out = tmp_path / "out.txt"
-    doctor = start_doctor(tmp_path, PY, str(script), "160", "0.02", out=out)
-    the_job_process = the_job(doctor)
-    wait_for_line(out, "step 16 ")
-    doctor.send_signal(signal.SIGKILL)
-    doctor.wait()
-    wait_gone(the_job_process)  # not our child: no exit code to read, the output tells
-    assert out.read_text() == expected
-
-
 def test_a_stopped_doctor_never_blocks_the_job_and_the_count_stays_exact(tmp_path: Path) -> None:
     """The doctor frozen (SIGSTOP) until the job has ended: its socket fills, the probe
     keeps rows until the job ends; the job goes on, the counter page keeps the count

@@ -16,8 +16,10 @@ from rich.console import Console
 from rich.text import Text
 from textual.widgets import DataTable, Static
 
+from gpudoctor.app.follow import Follower
 from gpudoctor.jobs import LaunchedJob
 from gpudoctor.store import Store
+from gpudoctor.terminal import TerminalView
 from gpudoctor.tui.app import make_live_app, make_replay_app
 from gpudoctor.tui.screens import FindingScreen, HelpScreen, QuitScreen
 from gpudoctor.tui.widgets import FindingsPanel, GpuPanel, HostPanel, JobPanel
@@ -157,7 +159,7 @@ def start_live(tmp_path: Path, *job_args: str) -> tuple[LaunchedJob, Path, Any]:
 
 def test_live_run_fills_the_panels_and_q_can_leave_the_job_running(tmp_path: Path) -> None:
     session, log_path, log = start_live(tmp_path, "--steps", "100000")
-    app = make_live_app(session, log_path, "en")
+    app = make_live_app(Follower(session, TerminalView(log_path)), "en")
     assert session.proc is not None
     pid = session.proc.pid
 
@@ -184,7 +186,7 @@ def test_live_run_fills_the_panels_and_q_can_leave_the_job_running(tmp_path: Pat
 
 def test_live_run_q_can_stop_the_job(tmp_path: Path) -> None:
     session, log_path, log = start_live(tmp_path, "--steps", "100000")
-    app = make_live_app(session, log_path, "en")
+    app = make_live_app(Follower(session, TerminalView(log_path)), "en")
     assert session.proc is not None
 
     async def drive() -> None:
@@ -299,7 +301,7 @@ def test_p_profiles_the_next_steps_of_the_live_job(tmp_path: Path) -> None:
     from gpudoctor.tui.screens import ProfileScreen
 
     session, log_path, log = start_live(tmp_path, "--steps", "100000")
-    app = make_live_app(session, log_path, "en")
+    app = make_live_app(Follower(session, TerminalView(log_path)), "en")
 
     async def drive() -> None:
         async with app.run_test(size=(120, 40)) as pilot:

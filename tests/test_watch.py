@@ -19,6 +19,7 @@ import pytest
 from conftest import PY, ROOT, SAMPLES, doctor, env_without_probe, finding_ids, wait_for
 from nvml_replay import ReplayNvml
 
+from gpudoctor.app.follow import Follower
 from gpudoctor.diagnosis.window import Window, stack_steps_per_s
 from gpudoctor.jobs.watched import WatchedJob, find_target, foreign_gpu_pids
 from gpudoctor.model import StackChunk
@@ -332,7 +333,7 @@ def test_tui_watch_shows_the_estimates_and_q_leaves_the_job_running(
     py_spy = find_py_spy()
     session = WatchedJob(find_target(proc.pid), store, py_spy=py_spy)
     session.start()
-    app = make_live_app(session, None, "en")
+    app = make_live_app(Follower(session), "en")
 
     async def drive() -> None:
         async with app.run_test(size=(120, 40)) as pilot:

@@ -13,11 +13,12 @@ from gpudoctor.app.errors import NotPossible
 from gpudoctor.jobs import JobSource, LaunchedJob, OnTick, WatchedJob
 from gpudoctor.jobs.watched import container_message, find_target, foreign_gpu_pids
 from gpudoctor.model import JobExit
+from gpudoctor.output_log import OutputLog
 from gpudoctor.probe.profile import ENV_PROFILE_STEPS, ENV_PROFILE_TRACE
 from gpudoctor.report.values import Report
 from gpudoctor.sources.nvml import NvmlReader
 from gpudoctor.sources.stacks import AttachError, check_access, find_py_spy
-from gpudoctor.store import Store
+from gpudoctor.store import Store, StoreError
 
 # The doctor's own failure while following a job (the TUI's loop broke): the job goes on.
 DOCTOR_FAILED = 3
@@ -44,11 +45,11 @@ class RunResult:
 def launch(
     request: RunRequest,
     store: Store,
-    output: IO[Any] | None = None,
+    output: IO[Any] | OutputLog | None = None,
     own_terminal: bool = False,
 ) -> LaunchedJob:
     """The job started under the doctor. `output`: where its stdout and stderr go (None:
-    the doctor's terminal); `own_terminal`: its own session, no stdin (under the TUI, so
+    the doctor's terminal; an OutputLog: a log the doctor caps); `own_terminal`: its own session, no stdin (under the TUI, so
     that leaving it running really leaves it running). LaunchError when it cannot start."""
     job = LaunchedJob(
         list(request.command),
@@ -136,7 +137,11 @@ def watch(
     job = WatchedJob(
         target, store, interval_s=interval_s, max_seconds=max_seconds, nvml=nvml, py_spy=py_spy
     )
-    job.start()
+    try:
+        job.start()
+    except StoreError as exc:
+        job.close()
+        raise NotPossible(str(exc)) from None
     return job
 
 
@@ -165,7 +170,10 @@ def conclude(job: JobSource, store: Store, lang: str, notes: tuple[str, ...] = (
     assert job_exit is not None and job.session_id is not None
     assert job.timeline.end_mono_ns is not None
     report = build(job.timeline, job.session_id, lang)
-    store.finish(job.session_id, job.timeline.end_mono_ns, job_exit, report.summary())
+    try:
+        store.finish(job.session_id, job.timeline.end_mono_ns, job_exit, report.summary())
+    except StoreError as exc:  # the report is whole; the store says what it misses
+        notes += (str(exc),)
     return RunResult(report, job_exit, exit_code(job_exit, report), notes)
 
 

@@ -21,6 +21,7 @@ COMMANDS = {
     "history": ("sessions", "history"),
     "report": ("sessions", "report"),
     "replay": ("sessions", "replay"),
+    "attach": ("sessions", "attach"),
     "remedies": ("catalogue", "remedies"),
 }
 

@@ -6,12 +6,20 @@ from __future__ import annotations
 import argparse
 import locale
 import os
+import signal
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from types import FrameType
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from gpudoctor.app.follow import Follower
+    from gpudoctor.jobs import JobSource
+    from gpudoctor.output_log import OutputLog
     from gpudoctor.store import Store
+    from gpudoctor.tui.app import LiveApp
 
 USAGE_ERROR = 2
 
@@ -67,12 +75,14 @@ def report_path(args: argparse.Namespace, name: str) -> Path | None:
     return path
 
 
-def open_log(store: Store, prefix: str, name: str) -> tuple[Path, IO[bytes]]:
+def open_log(store: Store, prefix: str, name: str, max_bytes: int | None = None) -> OutputLog:
     """A log file for the jobs' output beside the store, or one line and exit 2."""
     from gpudoctor.app import errors, sessions
 
     try:
-        return sessions.open_log(store, prefix)
+        if max_bytes is None:
+            return sessions.open_log(store, prefix)
+        return sessions.open_log(store, prefix, max_bytes)
     except errors.NotPossible as exc:
         store.close()
         raise UsageError(f"gpudoctor {name}: {exc}") from None
@@ -105,3 +115,61 @@ def err(text: str) -> None:
 def write_file(path: Path, text: str) -> None:
     path.write_text(text, encoding="utf-8")
     print(f"gpudoctor: report written to {path}", file=sys.stderr)
+
+
+@contextmanager
+def survives_hangup(source: JobSource, then: Callable[[], None] | None = None) -> Iterator[None]:
+    """While following a job: when the terminal goes away (SIGHUP: an SSH connection
+    dropped, a terminal window closed), the doctor leaves the terminal and records on,
+    headless; `then` is told (the TUI closes). A doctor started under nohup (SIGHUP
+    ignored) or with its own handler is left as it was."""
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_DFL:
+        yield
+        return
+
+    def on_hangup(signum: int, frame: FrameType | None) -> None:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # from now on, headless
+        away_from_terminal()
+        source.note_hangup()
+        if then is not None:
+            then()
+
+    signal.signal(signal.SIGHUP, on_hangup)
+    try:
+        yield
+    finally:
+        if signal.getsignal(signal.SIGHUP) is on_hangup:
+            signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
+def away_from_terminal() -> None:
+    """stdin, stdout and stderr on /dev/null: a write to a terminal that has gone away
+    fails (EIO), and the doctor has more to do than tell it."""
+    try:
+        null = os.open(os.devnull, os.O_RDWR)
+    except OSError:
+        return
+    for fd in (0, 1, 2):
+        with suppress(OSError):
+            os.dup2(null, fd)
+    os.close(null)
+
+
+def follow_in_tui(follower: Follower, lang: str, viewing: int | None = None) -> LiveApp:
+    """The live TUI over a job's loop (started here, in its own thread). Returns once
+    the app has closed and the loop has ended: at once when the job ended or was left,
+    at the job's end when the terminal went away (the doctor recorded on, headless)."""
+    from gpudoctor.app.run import leave_running
+    from gpudoctor.tui.app import make_live_app
+
+    live = make_live_app(follower, lang, viewing)  # it starts the loop once it is up
+    with survives_hangup(follower.source, live.hang_up):
+        try:
+            live.run()
+        finally:
+            follower.listen(None)
+            if not live.hung_up:
+                leave_running(follower.source)  # the app failed: the job goes on
+    if live.hung_up or follower.ended:
+        follower.join()
+    return live

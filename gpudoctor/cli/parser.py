@@ -8,6 +8,7 @@ from typing import NoReturn
 
 from gpudoctor import __version__
 from gpudoctor.cli.common import UsageError
+from gpudoctor.output_log import DEFAULT_MAX_MB
 
 
 class _Parser(argparse.ArgumentParser):
@@ -54,6 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--profile-trace", type=Path, metavar="PATH",
         help="with --profile-steps: also write the Chrome trace (can be large)",
+    )  # fmt: skip
+    run.add_argument(
+        "--output-max-mb", type=_positive_float, default=DEFAULT_MAX_MB, metavar="MB",
+        help="in the TUI the job's output goes to a log file; past MB it is moved to "
+        f"LOG.1 and begun again (default {DEFAULT_MAX_MB})",
     )  # fmt: skip
     run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
 
@@ -135,6 +141,13 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("session", help="session id (see `gpudoctor history`), or `last`")
     report.add_argument("--format", choices=("md", "json"), default="md")
     report.add_argument("--lang", choices=("en", "zh"), default=None)
+
+    attach = add("attach", "the live TUI on a session another doctor is recording")
+    attach.add_argument(
+        "session", nargs="?", default="last",
+        help="session id (see `gpudoctor history`), or `last` (the newest live one; default)",
+    )  # fmt: skip
+    attach.add_argument("--lang", choices=("en", "zh"), default=None)
 
     replay = add("replay", "the TUI over a recorded session")
     replay.add_argument("session", help="session id (see `gpudoctor history`), or `last`")

@@ -17,11 +17,13 @@ from gpudoctor.cli.common import (
     UsageError,
     command_of,
     err,
+    follow_in_tui,
     lang_of,
     on_terminal,
     open_log,
     open_store,
     report_path,
+    survives_hangup,
     write_file,
 )
 from gpudoctor.jobs import LaunchedJob, LaunchError
@@ -48,7 +50,7 @@ def command(args: argparse.Namespace) -> int:
         headless = True
     store = open_store(args)
     if not headless:
-        return in_tui(request, store, lang_of(args), path, args.store)
+        return in_tui(request, args, store)
     try:
         job = running.launch(request, store)
     except LaunchError as exc:
@@ -56,7 +58,7 @@ def command(args: argparse.Namespace) -> int:
         store.close()
         return exc.exit_code
     try:
-        with ctrl_c_reaches_the_job(job):
+        with ctrl_c_reaches_the_job(job), survives_hangup(job):
             result = running.follow(job, store, lang_of(args), on_tick=print_status)
     finally:
         job.close()
@@ -125,14 +127,15 @@ def terminal_delivered() -> bool:
         return False
 
 
-def in_tui(
-    request: running.RunRequest, store: Store, lang: str, path: Path | None, store_arg: Path | None
-) -> int:
-    """The job in its own session, its output in a log file beside the store; the app
-    follows it in a thread worker. The report is built and kept as headless."""
-    from gpudoctor.tui.app import make_live_app
+def in_tui(request: running.RunRequest, args: argparse.Namespace, store: Store) -> int:
+    """The job in its own session, its output in a capped log file beside the store;
+    the app follows it. The report is built and kept as headless; when the terminal
+    goes away, the doctor records on, headless, and concludes at the job's end."""
+    from gpudoctor.app.follow import Follower
+    from gpudoctor.terminal import TerminalView
 
-    log_path, log = open_log(store, "job", "run")
+    lang, path = lang_of(args), report_path(args, "run")
+    log = open_log(store, "job", "run", int(args.output_max_mb * (1 << 20)))
     try:
         job = running.launch(request, store, output=log, own_terminal=True)
     except LaunchError as exc:
@@ -140,18 +143,16 @@ def in_tui(
         store.close()
         print(f"gpudoctor: {exc}", file=sys.stderr)
         return exc.exit_code
-    live = make_live_app(job, log_path, lang)
     try:
-        live.run()
+        live = follow_in_tui(Follower(job, TerminalView(log.path)), lang)
     finally:
-        running.leave_running(job)  # the app failed: the job goes on
         log.close()
     if job.timeline.exit is None:
         job.close()
         store.close()
         print(f"gpudoctor: the job (pid {job.job_pid}) was left running", file=sys.stderr)
         return running.DOCTOR_FAILED
-    notes: tuple[str, ...] = (f"the job's output is in {log_path}",)
+    notes: tuple[str, ...] = (f"the job's output is in {log.path}",)
     if job.timeline.exit.ended_by == "detached":
         notes += (f"the job (pid {job.job_pid}) was left running",)
     try:
@@ -160,8 +161,8 @@ def in_tui(
         job.close()
         store.close()
     code = show(result, path)
-    if live.trial_request is not None:
+    if live.trial_request is not None and not live.hung_up:
         from gpudoctor.cli import trial
 
-        return trial.from_tui(request.command, live.trial_request, lang, store_arg)
+        return trial.from_tui(request.command, live.trial_request, lang, args.store)
     return code

@@ -5,34 +5,44 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 from gpudoctor.app import errors, sessions
 from gpudoctor.cli.common import UsageError, lang_of, on_terminal, open_store
 from gpudoctor.report.build import build
 from gpudoctor.report.render import markdown
-from gpudoctor.store import StoreError
+from gpudoctor.store import Store, StoreError
 from gpudoctor.timeline import Timeline
 
 
 def history(args: argparse.Namespace) -> int:
     store = open_store(args)
     try:
-        rows = store.sessions()
+        return _history(store, args.limit)
     except StoreError as exc:
         raise UsageError(f"gpudoctor: {exc}") from None
     finally:
         store.close()
+
+
+def _history(store: Store, limit: int) -> int:
+    rows = store.sessions()
     if not rows:
         print(f"no recorded sessions in {store.path}")
         return 0
     print(
         f"{'id':>4}  {'started':16}  {'took':>7}  {'ended':22}  {'steps':>6}  {'top finding':26}  command"
     )
-    for row in rows[: args.limit]:
+    for row in rows[:limit]:
         started = time.strftime("%Y-%m-%d %H:%M", time.localtime(row.started_unix))
         took = f"{row.duration_s:.0f}s" if row.duration_s is not None else "-"
-        ended = f"{row.exit.ended_by} ({row.exit.exit_code})" if row.exit else "incomplete"
         steps = row.summary.get("steps")
+        if row.exit is not None:
+            ended = f"{row.exit.ended_by} ({row.exit.exit_code})"
+        else:  # still recorded (`gpudoctor attach ID`), or its doctor died
+            ended = "live" if row.live else "incomplete"
+            steps = store.counted_steps(row.id)
+            took = f"{time.time() - row.started_unix:.0f}s" if row.live else took
         # a watched job's steps are not counted (py-spy samples them): "watch" says why
         steps = ("watch" if row.summary.get("mode") == "watch" else "-") if steps is None else steps
         top = row.summary.get("top_finding") or "-"
@@ -72,4 +82,38 @@ def replay(args: argparse.Namespace) -> int:
     viewer.run()
     if viewer.trial_request is not None:
         return trial.from_tui(tuple(timeline.command), viewer.trial_request, lang, args.store)
+    return 0
+
+
+def attach(args: argparse.Namespace) -> int:
+    """The live TUI on a session another doctor records (any number may look at once);
+    q closes this viewer only."""
+    from gpudoctor.app.follow import Follower
+    from gpudoctor.cli.common import follow_in_tui
+    from gpudoctor.jobs import AttachedSession
+    from gpudoctor.terminal import TerminalView
+
+    if not on_terminal():
+        raise UsageError("gpudoctor attach: needs a terminal (headless: gpudoctor report ID)")
+    store = open_store(args)
+    try:
+        row = sessions.find_live(store, args.session)
+        source = AttachedSession(store, row)
+    except errors.NotPossible as exc:
+        store.close()
+        raise UsageError(f"gpudoctor attach: {exc}") from None
+    except StoreError as exc:
+        store.close()
+        raise UsageError(f"gpudoctor attach: {exc}") from None
+    output = TerminalView(Path(row.output_path)) if row.output_path else None
+    try:
+        follow_in_tui(Follower(source, output), lang_of(args), viewing=row.id)
+    finally:
+        store.close()
+    if source.timeline.exit is not None:
+        print(f"gpudoctor: session {row.id} has ended: gpudoctor report {row.id}", file=sys.stderr)
+    elif source.gone == "left":
+        print(f"gpudoctor: left session {row.id}; it is still recorded", file=sys.stderr)
+    else:
+        print(f"gpudoctor: session {row.id}: {source.gone}", file=sys.stderr)
     return 0

@@ -51,10 +51,10 @@ def run(request: trials.TrialRequest, path: Path | None, store_path: Path | None
         raise UsageError(f"gpudoctor trial: {exc}") from None
     store = open_store(argparse.Namespace(store=store_path))
     progress = say("gpudoctor trial")
-    log_path, log = open_log(store, "trial", "trial")
-    progress(f"the runs' output goes to {log_path}")
+    log = open_log(store, "trial", "trial")
+    progress(f"the runs' output goes to {log.path}")
     try:
-        result = trials.trial(request, store, progress, output=log)
+        result = trials.trial(request, store, progress, output=log.file)
     except LaunchError as exc:
         progress(str(exc))
         return exc.exit_code

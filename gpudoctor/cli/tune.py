@@ -42,11 +42,11 @@ def command(args: argparse.Namespace) -> int:
         raise UsageError(f"gpudoctor tune: {exc}") from None
     store = open_store(args)
     progress = say("gpudoctor tune")
-    log_path, log = open_log(store, "tune", "tune")
-    progress(f"the runs' output goes to {log_path}")
+    log = open_log(store, "tune", "tune")
+    progress(f"the runs' output goes to {log.path}")
 
     def search(said: Progress) -> Found:
-        return tuning.tune_batch_size(request, store, said, output=log)
+        return tuning.tune_batch_size(request, store, said, output=log.file)
 
     try:
         if on_terminal():

@@ -14,10 +14,12 @@ from gpudoctor.app import run as running
 from gpudoctor.cli.common import (
     USAGE_ERROR,
     UsageError,
+    follow_in_tui,
     lang_of,
     on_terminal,
     open_store,
     report_path,
+    survives_hangup,
 )
 from gpudoctor.cli.run import print_status, show
 from gpudoctor.jobs import WatchedJob
@@ -37,7 +39,11 @@ def command(args: argparse.Namespace) -> int:
     store = open_store(args)
     if headless and not args.headless:
         print("gpudoctor: no terminal for the TUI: watching headless.", file=sys.stderr)
-    job = running.watch(target.pid, store, args.interval, args.max_seconds, nvml, target.py_spy)
+    try:
+        job = running.watch(target.pid, store, args.interval, args.max_seconds, nvml, target.py_spy)
+    except errors.NotPossible as exc:
+        store.close()
+        raise UsageError(f"gpudoctor watch: {exc}") from None
     if not headless:
         return in_tui(job, store, lang, path, target)
     print(
@@ -51,7 +57,8 @@ def command(args: argparse.Namespace) -> int:
 
     previous = {s: signal.signal(s, leave) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        result = running.follow(job, store, lang, on_tick=print_status)
+        with survives_hangup(job):
+            result = running.follow(job, store, lang, on_tick=print_status)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -63,13 +70,11 @@ def command(args: argparse.Namespace) -> int:
 def in_tui(
     job: WatchedJob, store: Store, lang: str, path: Path | None, target: running.WatchTarget
 ) -> int:
-    from gpudoctor.tui.app import make_live_app
+    from gpudoctor.app.follow import Follower
 
-    live = make_live_app(job, None, lang)
     try:
-        live.run()
+        follow_in_tui(Follower(job), lang)
     finally:
-        running.leave_running(job)
         job.close()
     if job.timeline.exit is None:
         store.close()

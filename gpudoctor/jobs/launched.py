@@ -21,13 +21,14 @@ from typing import IO, Any
 from gpudoctor import probe
 from gpudoctor.jobs.source import Recorder
 from gpudoctor.model import EndedBy, JobExit
+from gpudoctor.output_log import OutputLog
 from gpudoctor.probe import ENV_DOCTOR_PID, ENV_SOCKET
 from gpudoctor.probe.profile import ENV_CONTROL
 from gpudoctor.sources.host import HostReader
 from gpudoctor.sources.nvml import NvmlReader
 from gpudoctor.sources.pages import read_pages
 from gpudoctor.sources.probe_server import ProbeServer
-from gpudoctor.store import Store
+from gpudoctor.store import Store, StoreError
 
 BOOT_DIR = Path(probe.__file__).resolve().parent / "boot"  # first on the job's PYTHONPATH
 # --max-seconds: SIGINT first (Python jobs unwind and flush), then these escalations.
@@ -58,12 +59,14 @@ class LaunchedJob(Recorder):
         interval_s: float = 1.0,
         max_seconds: float | None = None,
         nvml: NvmlReader | None = None,
-        output: IO[Any] | None = None,
+        output: IO[Any] | OutputLog | None = None,
         own_terminal: bool = False,
         extra_env: dict[str, str] | None = None,
     ) -> None:
         super().__init__(command, store, interval_s, max_seconds, nvml)
-        self.output = output
+        # a log the doctor keeps (capped: rotated when full), or any file, or None
+        self.output_log = output if isinstance(output, OutputLog) else None
+        self.output = output.file if isinstance(output, OutputLog) else output
         self.extra_env = extra_env or {}  # a trial's in-process remedies
         # Under the TUI the job must not share the doctor's terminal: its own session
         # (terminal signals and a closed terminal do not reach it), no stdin, output in
@@ -109,7 +112,16 @@ class LaunchedJob(Recorder):
             self.close()
             raise LaunchError(126, f"cannot run {self.command[0]}: {exc.strerror}") from None
         self.host = HostReader(self.proc.pid)
-        self.session_id = self.store.create_session(self.timeline, os.getcwd(), self.proc.pid)
+        try:
+            self.session_id = self.store.create_session(self.timeline, os.getcwd(), self.proc.pid)
+        except StoreError as exc:  # just started, not recorded: stopped, not left unseen
+            self.proc.kill()
+            self.proc.wait()
+            self.close()
+            raise LaunchError(2, str(exc)) from None
+        if self.output_log is not None:
+            self.store.set_output(self.session_id, self.output_log.path)
+            self._note_output()
 
     # -- the loop's parts (source.Recorder.run) -----------------------------------------------
 
@@ -148,6 +160,8 @@ class LaunchedJob(Recorder):
         self.host.step_pids = set(self.timeline.steps)
         self._read_host_and_gpus()
         self._read_pages()
+        if self.output_log is not None and self.output_log.rotate_if_full():
+            self._note_output()
         if not self.server.still_bound():  # removed by someone: made again
             assert self.session_id is not None
             self._handles_changed = True
@@ -155,7 +169,15 @@ class LaunchedJob(Recorder):
             self.timeline.socket_remade.append(t)
             self.store.add(self.session_id, "socket", t, {"t": t})
             self._drain()
-        self.store.commit()
+        self._commit()
+
+    def _note_output(self) -> None:
+        """Where the job's output is kept, and how often it was rotated (a record)."""
+        assert self.session_id is not None and self.output_log is not None
+        log = self.output_log
+        self.timeline.output_log, self.timeline.output_rotations = str(log.path), log.rotations
+        record = {"path": str(log.path), "rotations": log.rotations}
+        self.store.add(self.session_id, "output", time.monotonic_ns(), record)
 
     def _read_pages(self) -> None:
         """The probes' exact step counts (their counter pages), recorded when they move."""

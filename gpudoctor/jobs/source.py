@@ -51,6 +51,8 @@ class JobSource(Protocol):
 
     def detach(self) -> None: ...
 
+    def note_hangup(self) -> None: ...
+
     def request_profile(self, steps: int) -> None: ...
 
     def close(self) -> None: ...
@@ -108,6 +110,7 @@ class Recorder(ABC):
         self.max_seconds = max_seconds
         self.nvml = nvml if nvml is not None else NvmlReader()
         self._detached = False
+        self._hangup_ns: int | None = None  # set from the main thread: see note_hangup
         self._handles_changed = False  # the kind of job's files changed: wait on the new
         self.timeline = Timeline(
             command, time.time(), time.monotonic_ns(), gpu_reason=self.nvml.reason
@@ -164,6 +167,7 @@ class Recorder(ABC):
                     break
                 now = time.monotonic()
                 if now >= next_tick:
+                    self._note_hangup()
                     self._tick()
                     if self._handles_changed:
                         self._wait_on(selector)
@@ -174,6 +178,7 @@ class Recorder(ABC):
                     self._time_is_up()
                 self._escalate()
             returncode = self._wrap_up()
+            self._note_hangup()
         finally:
             selector.close()
             if pidfd is not None:
@@ -184,8 +189,8 @@ class Recorder(ABC):
         """(Again) wait on the kind of job's own files, as `_handles` gives them now."""
         self._handles_changed = False
         for key in list(selector.get_map().values()):
-            if key.data != "exit":
-                selector.unregister(key.fileobj)
+            if key.data != "exit":  # by the number it was registered with: a remade
+                selector.unregister(key.fd)  # socket's fileno() is another one
         for handle, tag in self._handles():
             selector.register(handle, selectors.EVENT_READ, tag)
 
@@ -197,9 +202,38 @@ class Recorder(ABC):
         self.timeline.stalls.append(span)
         self.store.add(self.session_id, "stall", span[1], {"from": span[0], "to": span[1]})
 
+    def _commit(self) -> None:
+        """The tick's records into the store; when it cannot be written (full, locked)
+        they stay in memory for the next try, and the outage goes in the timeline."""
+        assert self.session_id is not None
+        before = self.store.trouble
+        self.store.commit()
+        trouble, now = self.store.trouble, time.monotonic_ns()
+        self.timeline.store_lost = self.store.lost
+        if trouble is not None and before is None:
+            self.timeline.store_outages.append((now, None, trouble))
+        elif trouble is None and before is not None and self.timeline.store_outages:
+            since, _, why = self.timeline.store_outages[-1]
+            self.timeline.store_outages[-1] = (since, now, why)
+            record = {"from": since, "to": now, "why": why, "lost": self.store.lost}
+            self.store.add(self.session_id, "store", now, record)
+
     def detach(self) -> None:
         """Leave the job running: the loop ends at its next turn (thread-safe)."""
         self._detached = True
+
+    def note_hangup(self) -> None:
+        """The doctor's terminal went away; it records on, headless (thread-safe, and
+        safe in a signal handler: the loop writes the record at its next tick)."""
+        if self._hangup_ns is None:
+            self._hangup_ns = time.monotonic_ns()
+
+    def _note_hangup(self) -> None:
+        t = self._hangup_ns
+        if t is not None and self.timeline.hung_up_ns is None:
+            assert self.session_id is not None
+            self.timeline.hung_up_ns = t
+            self.store.add(self.session_id, "hangup", t, {"t": t})
 
     # -- what each kind of job says for itself ------------------------------------------------
 
@@ -237,7 +271,7 @@ class Recorder(ABC):
 
     def _tick(self) -> None:
         self._read_host_and_gpus()
-        self.store.commit()
+        self._commit()
 
     @abstractmethod
     def stop(self, reason: EndedBy = "max-seconds") -> None:

@@ -168,7 +168,7 @@ class WatchedJob(Recorder):
                 self.timeline.stacks.append(chunk)
                 self.store.add(self.session_id, "stacks", chunk.t_end_mono_ns, encode(chunk))
         self._record_facts(outside_facts(self.target.pid, host, gpus))
-        self.store.commit()
+        self._commit()
 
     def _record_facts(self, facts: dict[str, Any]) -> None:
         """Facts seen from outside, recorded when they change."""

@@ -23,6 +23,7 @@ from gpudoctor.report.values import (
     Report,
     Stall,
     StepMeasures,
+    StoreOutage,
 )
 from gpudoctor.timeline import Timeline
 
@@ -112,6 +113,11 @@ def _doctor(timeline: Timeline) -> DoctorInfo:
         terminal_hung_up_at_s=at(timeline.hung_up_ns) if timeline.hung_up_ns else None,
         output_log=timeline.output_log,
         output_rotations=timeline.output_rotations,
+        store_outages=tuple(
+            StoreOutage(at(a), round((b - a) / 1e9, 1) if b is not None else None, why)
+            for a, b, why in timeline.store_outages
+        ),
+        store_records_lost=timeline.store_lost,
     )
 
 
@@ -149,13 +155,31 @@ def _doctor_notes(timeline: Timeline) -> list[str]:
             f"The terminal went away at {clock_text(info.terminal_hung_up_at_s)} (SIGHUP): "
             "the doctor recorded on, headless, to the end."
         )
-    if info.output_log:
-        rotated = (
-            f"; it reached its cap {info.output_rotations} times, the part before is in "
-            f"{info.output_log}.1"
-            if info.output_rotations
-            else ""
+    for outage in info.store_outages:
+        lasted = (
+            f"for {outage.seconds:.1f} s: the records were kept and written after"
+            if outage.seconds is not None
+            else "to the end"
         )
+        notes.append(
+            f"The session store could not be written from {clock_text(outage.at_s)} "
+            f"({outage.why}) {lasted}."
+        )
+    if info.store_records_lost:
+        notes.append(
+            f"{info.store_records_lost} records were let go meanwhile (more were waiting "
+            "than the doctor keeps in memory); the counts stay exact."
+        )
+    if info.output_log:
+        n = info.output_rotations
+        rotated = ""
+        if n == 1:
+            rotated = f" (it reached its cap once: the part before is in {info.output_log}.1)"
+        elif n > 1:
+            rotated = (
+                f" (it reached its cap {n} times: the last part before is in "
+                f"{info.output_log}.1, the older output was let go)"
+            )
         notes.append(f"The job's output is in {info.output_log}{rotated}.")
     return notes
 

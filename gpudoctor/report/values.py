@@ -199,6 +199,9 @@ class DoctorInfo:
     terminal_hung_up_at_s: float | None  # the terminal went away: recorded on headless
     output_log: str | None  # the job's output, when the doctor kept it in a file
     output_rotations: int  # times the log reached its cap (the part before: .1)
+    # the store could not be written: from when, for how long (None: to the end), why
+    store_outages: tuple[StoreOutage, ...] = ()
+    store_records_lost: int = 0  # let go when more were waiting than memory keeps
 
     def to_dict(self) -> dict[str, Json]:
         return {
@@ -207,7 +210,19 @@ class DoctorInfo:
             "terminal_hung_up_at_s": self.terminal_hung_up_at_s,
             "output_log": self.output_log,
             "output_rotations": self.output_rotations,
+            "store_outages": [o.to_dict() for o in self.store_outages],
+            "store_records_lost": self.store_records_lost,
         }
+
+
+@dataclass(frozen=True)
+class StoreOutage:
+    at_s: float
+    seconds: float | None  # None: it lasted to the end of the run
+    why: str  # SQLite's words: "database or disk is full", "database is locked"
+
+    def to_dict(self) -> dict[str, Json]:
+        return {"at_s": self.at_s, "seconds": self.seconds, "why": self.why}
 
 
 @dataclass(frozen=True)

@@ -4,11 +4,11 @@ worker, or a recorded one moved through in time. Built by `make_live_app` and
 
 from __future__ import annotations
 
+import asyncio
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from textual import on, work
+from textual import on
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -29,7 +29,7 @@ from gpudoctor.tui.screens import (
 from gpudoctor.tui.widgets import FindingsPanel, GpuPanel, HostPanel, JobPanel, OutputPanel
 
 if TYPE_CHECKING:  # the app only follows what it is given: no need to load the jobs
-    from gpudoctor.jobs import JobSource
+    from gpudoctor.app.follow import Follower
 
 REPLAY_STEP_S = 5.0
 REPLAY_PAGE_S = 60.0
@@ -87,6 +87,13 @@ class DoctorApp(App[JobExit | None]):
         self.show(message.snapshot)
 
     def show(self, snapshot: Snapshot) -> None:
+        if snapshot.store_trouble and not (self.snapshot and self.snapshot.store_trouble):
+            self.notify(
+                f"cannot write the session store ({snapshot.store_trouble}): the records "
+                "are kept in memory and written when it can be",
+                severity="warning",
+                timeout=8,
+            )
         self.snapshot = snapshot
         for panel in (GpuPanel, HostPanel, JobPanel, OutputPanel):
             self.query_one(panel).snapshot = snapshot
@@ -128,35 +135,48 @@ class DoctorApp(App[JobExit | None]):
 
 
 class LiveApp(DoctorApp):
-    """A job followed live (launched, or watched): its loop runs in a thread worker."""
+    """A job followed live (launched, watched, or recorded by another doctor and viewed
+    here): its loop runs in a thread of its own (app/follow.py) that outlives the app."""
 
     BINDINGS = [Binding("p", "profile", "Profile")]
     PROFILE_STEPS = 20
 
-    def __init__(self, source: JobSource, output_path: Path | None, **kwargs: Any) -> None:
+    def __init__(self, follower: Follower, viewing: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.source = source
-        self.output_path = output_path
+        self.follower = follower
+        self.source = follower.source
+        self.viewing = viewing  # attached to this session (another doctor records it)
         self.quitting = False
+        self.hung_up = False  # the terminal went away: closed, the recording goes on
+        self._event_loop: asyncio.AbstractEventLoop | None = None
 
     def on_mount(self) -> None:
         super().on_mount()
-        self.run_session()
+        self._event_loop = asyncio.get_running_loop()
+        self.follower.listen(self)
+        self.follower.start()
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="session")
-    def run_session(self) -> None:
-        source = self.source
-        pid = source.job_pid
+    # -- from the loop's thread (a Listener of app/follow.py) ---------------------------
 
-        def on_tick(timeline: Timeline) -> None:
-            self.post_message(SnapshotReady(take(timeline, pid, self.output_path)))
+    def on_snapshot(self, snapshot: Snapshot) -> None:
+        self.post_message(SnapshotReady(snapshot))
 
-        try:
-            job_exit = source.run(on_tick)
-        except Exception as exc:  # the doctor's failure: the job goes on
-            self.post_message(SessionFailed(f"{type(exc).__name__}: {exc}"))
-            return
-        self.post_message(JobExited(job_exit, take(source.timeline, pid, self.output_path)))
+    def on_end(self, job_exit: JobExit | None, error: str | None, snapshot: Snapshot) -> None:
+        if error is not None or job_exit is None:
+            self.post_message(SessionFailed(error or "the loop ended without an end"))
+        else:
+            self.post_message(JobExited(job_exit, snapshot))
+
+    # -- from a signal handler (the main thread, inside the event loop) ------------------
+
+    def hang_up(self) -> None:
+        """The terminal went away: close (the loop records on without the app)."""
+        if self._event_loop is not None:
+            self._event_loop.call_soon_threadsafe(self._hung_up)
+
+    def _hung_up(self) -> None:
+        self.hung_up = True
+        self.exit(self.job_exit)
 
     @on(JobExited)
     def _on_job_exited(self, message: JobExited) -> None:
@@ -164,6 +184,9 @@ class LiveApp(DoctorApp):
         self.show(message.snapshot)
         if self.quitting:
             self.exit(self.job_exit)
+        elif self.viewing is not None and message.job_exit.ended_by == "detached":
+            gone = str(getattr(self.source, "gone", "") or "no longer recorded")
+            self.notify(f"{gone}; q to quit", timeout=4)
         else:
             e = message.job_exit
             words = ended_words(e.ended_by, e.exit_code, self.source.timeline.watched_pid)
@@ -194,11 +217,14 @@ class LiveApp(DoctorApp):
         self.push_screen(ProfileScreen(self.PROFILE_STEPS, int(before.get("capture", 0))))
 
     def status_words(self, s: Snapshot) -> str:
+        state = "running" if s.running else "ended"
+        if self.viewing is not None:
+            return f"session {self.viewing} (recorded by another doctor) · {state}"
         if s.mode == "watch":
-            return f"watching pid {s.job_pid} · {'running' if s.running else 'ended'}"
+            return f"watching pid {s.job_pid} · {state}"
         # no step count here: a title that changes every tick lays the header out again
         # each second (the job panel has the steps)
-        return f"{'running' if s.running else 'ended'} · pid {s.job_pid}"
+        return f"{state} · pid {s.job_pid}"
 
     def action_quit_doctor(self) -> None:
         if self.job_exit is not None or self.quitting:
@@ -207,7 +233,7 @@ class LiveApp(DoctorApp):
         if isinstance(self.screen, QuitScreen):  # Ctrl-C twice: stop the job
             self.screen.dismiss("stop")
             return
-        if not self.source.can_stop:  # a watched job: leaving always leaves it running
+        if not self.source.can_stop:  # watched or viewed: leaving leaves it running
             self.quitting = True
             self.source.detach()
             self.notify("leaving; the job goes on…")
@@ -269,8 +295,8 @@ class ReplayApp(DoctorApp):
         self._render_at(self.end_ns)
 
 
-def make_live_app(source: JobSource, output_path: Path | None, lang: str) -> LiveApp:
-    return LiveApp(source, output_path, lang=lang)
+def make_live_app(follower: Follower, lang: str, viewing: int | None = None) -> LiveApp:
+    return LiveApp(follower, viewing, lang=lang)
 
 
 def make_replay_app(timeline: Timeline, session_id: int, lang: str = "en") -> ReplayApp:

@@ -15,6 +15,8 @@ from gpudoctor import display
 from gpudoctor.diagnosis.remedies import CATALOGUE
 from gpudoctor.model import Finding
 from gpudoctor.prescribe.how import how
+from gpudoctor.terminal import OutputLine
+from gpudoctor.tui.widgets import styled
 
 
 class FindingScreen(Screen[None]):
@@ -98,17 +100,17 @@ class OutputScreen(Screen[None]):
 
     BINDINGS = [Binding("escape,q,o", "app.pop_screen", "Back")]
 
-    def __init__(self, lines: tuple[str, ...], path: str | None) -> None:
+    def __init__(self, lines: tuple[OutputLine, ...], path: str | None) -> None:
         super().__init__()
         self.lines = lines
         self.path = path
 
     def compose(self) -> ComposeResult:
         where = f"the job's output ({self.path})" if self.path else "the job's output"
-        body = "\n".join(self.lines) if self.lines else "(nothing yet)"
+        body = styled(self.lines) if self.lines else Text("(nothing yet)")
         with VerticalScroll(id="output-full"):
             yield Static(Text(where, "bold"))
-            yield Static(Text(body))
+            yield Static(body)
         yield Footer()
 
     def on_mount(self) -> None:

@@ -11,6 +11,7 @@ from textual.widgets.option_list import Option
 from gpudoctor import display
 from gpudoctor.model import Finding, GpuProcess, GpuSample
 from gpudoctor.snapshot import Snapshot
+from gpudoctor.terminal import OutputLine
 
 
 class Panel(Static):
@@ -247,7 +248,7 @@ class OutputPanel(Panel):
             if s.mode == "watch":
                 return Text("(a watched job writes to its own terminal)", "dim")
             return Text("(no output yet)" if s.output_path else "(output not recorded)", "dim")
-        return Text("\n".join(tail))
+        return styled(tail)
 
 
 class FindingsPanel(OptionList):
@@ -288,4 +289,16 @@ def _prompt(f: Finding) -> Text:
     if f.confidence == "estimated":
         text.append(" (estimated)", "italic")
     text.append(f"\n       {f.evidence}", "dim")
+    return text
+
+
+def styled(lines: tuple[OutputLine, ...]) -> Text:
+    """The job's output lines, each segment in its own style (terminal.py), cropped at
+    the panel's edge rather than wrapped, as a terminal narrower than the job's shows."""
+    text = Text(no_wrap=True, overflow="crop", end="")
+    for n, line in enumerate(lines):
+        if n:
+            text.append("\n")
+        for part, style in line:
+            text.append(part, style or None)
     return text

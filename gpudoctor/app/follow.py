@@ -1,0 +1,78 @@
+"""A job's loop in a thread of its own, so that it outlives whatever shows it.
+
+The TUI listens while it is open: a snapshot each tick, and the end. When the terminal
+goes away (SIGHUP), the TUI closes and the loop goes on, headless, until the job ends;
+the command line then concludes the run as usual.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Protocol
+
+from gpudoctor.jobs import JobSource
+from gpudoctor.model import JobExit
+from gpudoctor.snapshot import Snapshot, take
+from gpudoctor.terminal import TerminalView
+from gpudoctor.timeline import Timeline
+
+
+class Listener(Protocol):
+    def on_snapshot(self, snapshot: Snapshot) -> None: ...
+
+    def on_end(self, job_exit: JobExit | None, error: str | None, snapshot: Snapshot) -> None:
+        """The loop ended: how the job ended, or the doctor's own failure (the job goes
+        on); called from the loop's thread."""
+
+
+class Follower:
+    def __init__(self, source: JobSource, output: TerminalView | None = None) -> None:
+        self.source = source
+        self.output = output  # the job's output, as a terminal shows it
+        self.job_exit: JobExit | None = None
+        self.error: str | None = None  # the doctor's failure while following
+        self._listener: Listener | None = None
+        self._lock = threading.Lock()
+        self._ended = False
+        self._thread = threading.Thread(target=self._run, name="gpudoctor-loop")
+
+    def start(self) -> None:
+        """Begin following (once; a second call does nothing)."""
+        with self._lock:
+            if self._thread.ident is None:
+                self._thread.start()
+
+    def listen(self, listener: Listener | None) -> None:
+        """Snapshots to `listener` from now on (None: to nobody). One that comes after
+        the end is told of the end at once."""
+        with self._lock:
+            self._listener = listener
+            ended = self._ended
+        if ended and listener is not None:
+            listener.on_end(self.job_exit, self.error, self._snapshot(self.source.timeline))
+
+    def join(self) -> None:
+        self._thread.join()
+
+    @property
+    def ended(self) -> bool:
+        return self._ended
+
+    def _snapshot(self, timeline: Timeline) -> Snapshot:
+        return take(timeline, self.source.job_pid, self.output)
+
+    def _run(self) -> None:
+        try:
+            self.job_exit = self.source.run(self._tick)
+        except Exception as exc:  # noqa: BLE001 (the doctor's failure: the job goes on)
+            self.error = f"{type(exc).__name__}: {exc}"
+        with self._lock:
+            self._ended = True
+            listener = self._listener
+        if listener is not None:
+            listener.on_end(self.job_exit, self.error, self._snapshot(self.source.timeline))
+
+    def _tick(self, timeline: Timeline) -> None:
+        listener = self._listener
+        if listener is not None:  # nobody looks (the terminal went away): no snapshot
+            listener.on_snapshot(self._snapshot(timeline))
