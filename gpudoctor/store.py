@@ -112,7 +112,11 @@ class Store:
             have = {row[1] for row in self.db.execute("PRAGMA table_info(sessions)")}
             for name, kind in ADDED_COLUMNS.items():
                 if name not in have:
-                    self.db.execute(f"ALTER TABLE sessions ADD COLUMN {name} {kind}")
+                    try:
+                        self.db.execute(f"ALTER TABLE sessions ADD COLUMN {name} {kind}")
+                    except sqlite3.OperationalError as exc:  # another doctor added it first
+                        if "duplicate column" not in str(exc):
+                            raise
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"cannot use the session store {path}: {exc}") from None
         self._pending: list[tuple[int, int, str, str]] = []

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import doctor, finding_ids, run_job
+from conftest import PY, doctor, finding_ids, run_job
 
 
 def one_line_error(proc: subprocess.CompletedProcess[str], code: int = 2) -> str:
@@ -116,3 +116,25 @@ def test_version_and_help() -> None:
     for command in ("run", "watch", "trial", "tune", "compare", "history", "report", "replay"):
         assert command in proc.stdout
     assert doctor("--version").stdout.startswith("gpudoctor ")
+
+
+def test_attach_says_in_one_line_what_it_cannot_attach_to(tmp_path: Path) -> None:
+    """Without a terminal, to nothing live, to an ended session: one line, exit 2 (the
+    live case is in tests/test_faults.py, in tmux)."""
+    store = str(tmp_path / "s.db")
+    assert "needs a terminal" in one_line_error(doctor("--store", store, "attach"))
+    doctor("--store", store, "run", "--headless", "--", "true")  # session 1, ended
+    cases = (
+        ("", "no session is being recorded now"),
+        ("x", "not a session id: 'x'"),
+        ("7", "no session 7"),
+        ("1", "session 1 has ended: gpudoctor replay 1"),
+    )
+    for arg, expected in cases:
+        # a pseudo-terminal of its own (util-linux `script`): past the terminal check
+        command = f"{PY} -m gpudoctor --store {store} attach {arg}"
+        run = subprocess.run(
+            ["script", "-qec", command, "/dev/null"], capture_output=True, text=True, timeout=60
+        )
+        assert run.returncode == 2 and expected in run.stdout, run.stdout
+        assert "Traceback" not in run.stdout and run.stdout.strip().count("\n") == 0

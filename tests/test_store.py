@@ -115,3 +115,59 @@ def test_a_file_that_is_not_a_database_is_a_clear_error(tmp_path: Path) -> None:
 def test_a_missing_session_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="no session 99"):
         Store(tmp_path / "s.db").load(99)
+
+
+OLD_SCHEMA = """
+CREATE TABLE sessions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, started_unix REAL NOT NULL,
+    start_mono_ns INTEGER NOT NULL, command TEXT NOT NULL, cwd TEXT, hostname TEXT,
+    gpu_reason TEXT, job_pid INTEGER, end_mono_ns INTEGER, exit_json TEXT, summary_json TEXT
+);
+CREATE TABLE records (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, session_id INTEGER NOT NULL REFERENCES sessions(id),
+    t_mono_ns INTEGER NOT NULL, kind TEXT NOT NULL, data TEXT NOT NULL
+);
+INSERT INTO sessions (started_unix, start_mono_ns, command, hostname, job_pid, end_mono_ns,
+    exit_json, summary_json)
+VALUES (1.7e9, 0, '["python", "old.py"]', 'elsewhere', 99, 2000000000,
+    '{"exit_code": 0, "ended_by": "exit"}', '{"steps": 12}');
+"""
+
+
+def test_a_store_from_before_live_sessions_opens_and_lists(tmp_path: Path) -> None:
+    """A store written before the doctor recorded its own pid and the output's place:
+    the columns are added when it is opened; its sessions read as they did."""
+    path = tmp_path / "old.db"
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.executescript(OLD_SCHEMA)
+    store = Store(path)
+    (row,) = store.sessions()
+    assert row.command == ["python", "old.py"] and row.summary == {"steps": 12}
+    assert row.doctor_pid is None and not row.live
+    sid = store.create_session(Timeline(["python", "new.py"], 1.8e9, 0), "/work", 5)
+    new = next(r for r in store.sessions() if r.id == sid)
+    assert new.live and new.exit is None  # this process records it
+    store.add(sid, "page", 1, {"pid": 5, "steps": 40, "rows_sent": 40})
+    store.add(sid, "page", 2, {"pid": 5, "steps": 90, "rows_sent": 80})
+    store.add(sid, "page", 2, {"pid": 6, "steps": 7, "rows_sent": 7})
+    store.commit()
+    assert store.counted_steps(sid) == 97  # each process's latest count, summed
+    store.close()
+
+
+def test_a_locked_store_keeps_the_records_until_it_can_write_them(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    store = Store(path)
+    sid = store.create_session(Timeline(["python", "x.py"], 1.7e9, 0), "/work", 5)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    store.add(sid, "page", 1, {"pid": 5, "steps": 3, "rows_sent": 3})
+    store.commit()
+    assert store.trouble == "database is locked" and store.unsaved == 1
+    holder.execute("ROLLBACK")
+    holder.close()
+    store.add(sid, "page", 2, {"pid": 5, "steps": 4, "rows_sent": 4})
+    store.commit()
+    assert store.trouble is None and store.unsaved == 0
+    assert store.counted_steps(sid) == 4 and store.load(sid).page_steps == {5: 4}
+    store.close()

@@ -14,12 +14,10 @@ def home(args: argparse.Namespace) -> int:
     choice = make_home_app(Machine()).run()
     if choice is None:
         return 0
-    common = {"store": args.store, "headless": False, "report": None, "max_seconds": None,
-              "interval": 1.0, "lang": None}  # fmt: skip
+    # through the parser: the options' defaults are the command line's own
+    from gpudoctor.cli.parser import build_parser
+
+    store = ["--store", str(args.store)] if args.store else []
     if choice.action == "watch":
-        return watch.command(argparse.Namespace(pid=choice.pid, **common))
-    return run.command(
-        argparse.Namespace(
-            cmd=list(choice.command), profile_steps=None, profile_trace=None, **common
-        )
-    )
+        return watch.command(build_parser().parse_args([*store, "watch", "--pid", str(choice.pid)]))
+    return run.command(build_parser().parse_args([*store, "run", "--", *choice.command]))
