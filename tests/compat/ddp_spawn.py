@@ -29,6 +29,7 @@ def worker(rank, world, port):
         opt.step()
     if rank == 0:
         print("loss", repr(loss.item()), digest(model.module))
+    dist.barrier()  # both ranks done before the group goes: gloo can abort a rank otherwise
     dist.destroy_process_group()
 
 

@@ -25,4 +25,5 @@ for step in range(20):
     opt.zero_grad()
 if rank == 0:
     print("loss", f"{loss.item():.6f}", digest(model.module))
+dist.barrier()  # both ranks done before the group goes: gloo can abort a rank otherwise
 dist.destroy_process_group()
