@@ -135,6 +135,14 @@ def test_slow_storage_by_iowait_and_by_disk_sleep() -> None:
     assert slow_storage.evaluate(window(host=host(iowait=60.0), **base)) is not None
     assert slow_storage.evaluate(window(host=host(status="disk-sleep"), **base)) is not None
     assert slow_storage.evaluate(window(host=host(iowait=40.0), **base)) is None
+    # the loader reads from storage (not the page cache) and is not busy on a core: the
+    # read counter's average over each second, steadier than a state seen at one moment
+    waiting = host(read_mb_s=200.0, job_cores=0.4)
+    assert slow_storage.evaluate(window(host=waiting, **base)) is not None
+    busy = host(read_mb_s=200.0, job_cores=0.9)  # decoding what it read: the CPU holds it
+    assert slow_storage.evaluate(window(host=busy, **base)) is None
+    cached = host(read_mb_s=0.0, job_cores=0.4)  # served from the page cache
+    assert slow_storage.evaluate(window(host=cached, **base)) is None
     # iowait without waiting for data is not a training problem
     assert slow_storage.evaluate(window(host=host(iowait=90.0), facts=LOADER)) is None
 

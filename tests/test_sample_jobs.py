@@ -22,7 +22,8 @@ TOP_FINDING = {
 
 @pytest.mark.parametrize("job", sorted(TOP_FINDING))
 def test_sample_job_top_finding(job: str, tmp_path: Path) -> None:
-    extra = ("--data-dir", str(tmp_path)) if job == "slow_storage" else ()
+    # slow_storage: twice its default steps, for more than a handful of host samples
+    extra = ("--data-dir", str(tmp_path), "--steps", "200") if job == "slow_storage" else ()
     proc, report = run_job(tmp_path, SAMPLES / f"{job}.py", *extra)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert finding_ids(report)[0] == TOP_FINDING[job], report["findings"]

@@ -49,6 +49,7 @@ def host(
     t0: int = 10 * S,
     cpu_pct: float | None = None,
     spacing_ns: int = 40 * MS,
+    read_mb_s: float = 0.0,
 ) -> tuple[HostSample, ...]:
     """Samples spread over the default steps (a real run samples once a second over
     a longer run; the rules care about the share of samples, not their rate)."""
@@ -59,7 +60,7 @@ def host(
             load_1m=1.0, mem_used_bytes=2 << 30, mem_total_bytes=16 << 30, swap_used_bytes=0,
             swap_total_bytes=0, disk_read_bytes_per_s=5e7, disk_write_bytes_per_s=0.0,
             net_rx_bytes_per_s=0.0, net_tx_bytes_per_s=0.0, cores_allowed=cores,
-            job=(ProcSample(JOB_PID, 1, "python", "main", job_cores * 100, 1 << 30, 0.0, 0.0, status, 4),),
+            job=(ProcSample(JOB_PID, 1, "python", "main", job_cores * 100, 1 << 30, read_mb_s * 1e6, 0.0, status, 4),),
         )
         for i in range(n)
     )  # fmt: skip

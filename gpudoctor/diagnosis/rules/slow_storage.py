@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpudoctor.diagnosis.rules.input_bound import is_input_bound
 from gpudoctor.diagnosis.window import Window
-from gpudoctor.model import Finding
+from gpudoctor.model import Finding, HostSample
 
 # SageMaker Debugger IOBottleneck rule: iowait above io_threshold=50% in more than
 # threshold=50% of the data points.
@@ -13,6 +13,13 @@ SAMPLE_FRACTION = 0.5
 # No published anchor: loader processes seen in uninterruptible disk sleep in at least
 # this share of samples. This project's choice; the A/B rerun decides.
 DISK_SLEEP_FRACTION = 0.3
+# No published anchor either, and steadier than a state seen once a second: the job's
+# loading processes (main, workers) read from storage itself (the kernel's read_bytes
+# counter, which page-cache hits do not move) at READ_MB_S or more while none of them
+# is busy on a core (a loader above LOADER_BUSY_PCT is held back by its own decoding),
+# in more than SAMPLE_FRACTION of the samples. Both are this project's choice.
+READ_MB_S = 1.0
+LOADER_BUSY_PCT = 70.0
 MIN_SAMPLES = 3
 
 ID = "slow-storage"
@@ -28,7 +35,12 @@ def evaluate(w: Window) -> Finding | None:
         return None
     high_iowait = sum(1 for h in hosts if (h.iowait_pct or 0.0) > IOWAIT_PCT) / len(hosts)
     sleeping = sum(1 for h in hosts if any(p.status == "disk-sleep" for p in h.job)) / len(hosts)
-    if high_iowait <= SAMPLE_FRACTION and sleeping < DISK_SLEEP_FRACTION:
+    reading = sum(1 for h in hosts if _waits_on_reads(h)) / len(hosts)
+    if (
+        high_iowait <= SAMPLE_FRACTION
+        and sleeping < DISK_SLEEP_FRACTION
+        and reading <= SAMPLE_FRACTION
+    ):
         return None
     read_mb = sorted(h.disk_read_bytes_per_s for h in hosts)[len(hosts) // 2] / 1e6
     signs = []
@@ -36,6 +48,11 @@ def evaluate(w: Window) -> Finding | None:
         signs.append(f"iowait above {IOWAIT_PCT:.0f}% in {high_iowait:.0%} of samples")
     if sleeping >= DISK_SLEEP_FRACTION:
         signs.append(f"the job's processes in disk sleep in {sleeping:.0%} of samples")
+    if reading > SAMPLE_FRACTION:
+        signs.append(
+            f"its loading processes reading from storage, none busy on a core, in "
+            f"{reading:.0%} of samples"
+        )
     evidence = (
         f"{w.data_wait_fraction:.0%} of each step waits for data with "
         f"{' and '.join(signs)}, reading {read_mb:.1f} MB/s from disk."
@@ -48,3 +65,9 @@ def evaluate(w: Window) -> Finding | None:
         remedies=("local-ssd", "preprocess-offline", "memmap"),
         estimated_gain=round(w.data_wait_fraction, 3),
     )
+
+
+def _waits_on_reads(h: HostSample) -> bool:
+    loaders = [p for p in h.job if p.role in ("main", "worker")]
+    read = sum(p.read_bytes_per_s or 0.0 for p in loaders)
+    return read >= READ_MB_S * 1e6 and all(p.cpu_pct < LOADER_BUSY_PCT for p in loaders)
