@@ -125,7 +125,7 @@ def test_sighup_in_the_tui_records_on_and_a_second_terminal_attaches(tmp_path: P
         tmux("new-session", "-d", "-s", viewer, "-x", "100", "-y", "30",
              f"cd {ROOT} && GPUDOCTOR_STORE={store} {PY} -m gpudoctor attach last; "
              "echo VIEWER-DONE; sleep 60")  # fmt: skip
-        wait_screen(viewer, "recorded by another doctor", "step 8")  # the job's output too
+        wait_screen(viewer, "recorded by another doctor", " loss ")  # the job's output too
         tmux("send-keys", "-t", viewer, "q")
         text = wait_screen(viewer, "VIEWER-DONE")
         assert "left session 1; it is still recorded" in text and "╭" not in text
