@@ -23,7 +23,9 @@ class OutputLog:
         self.path = path
         self.max_bytes = max_bytes
         self.rotations = 0
-        self.file = path.open("ab")  # O_APPEND: the job's writes follow a truncation
+        # O_APPEND: the job's writes follow a truncation; 0600: only its owner reads it
+        self.file = os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab")
+        os.chmod(path, 0o600)  # whatever the umask
 
     @property
     def previous(self) -> Path:
@@ -36,7 +38,8 @@ class OutputLog:
             if os.stat(self.path).st_size < self.max_bytes:
                 return False
             part = self.previous.with_name(self.previous.name + ".tmp")
-            with self.path.open("rb") as src, part.open("wb") as dst:
+            fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with self.path.open("rb") as src, os.fdopen(fd, "wb") as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
                 # what the job wrote while it was copied; only the bytes written between
                 # this last read and the truncation can be lost (microseconds)

@@ -14,6 +14,7 @@ from typing import Any
 from gpudoctor.diagnosis.engine import diagnose
 from gpudoctor.diagnosis.window import percentile
 from gpudoctor.model import Finding, GpuSample, HostSample, JobExit
+from gpudoctor.redact import redact_argv, redact_text
 from gpudoctor.terminal import OutputLine, TerminalView
 from gpudoctor.timeline import Timeline
 
@@ -79,7 +80,7 @@ def take(
         now, elapsed = until_ns, max(0.0, (until_ns - timeline.start_mono_ns) / 1e9)
     return Snapshot(
         t_mono_ns=now,
-        command=tuple(timeline.command),
+        command=tuple(redact_argv(timeline.command)),  # for the screen: secrets masked
         job_pid=job_pid or timeline.watched_pid or timeline.main_pid(),
         elapsed_s=elapsed,
         exit=w.exit,
@@ -98,7 +99,7 @@ def take(
         findings=findings,
         facts=w.facts,
         job_gpu_pids=w.job_pids,
-        output_tail=output.read() if output is not None else (),
+        output_tail=redacted(output.read()) if output is not None else (),
         output_path=str(output.path) if output is not None else None,
         mode=timeline.mode,
         stack_samples=w.stack_total,
@@ -109,3 +110,8 @@ def take(
 def timeline_span(timeline: Timeline) -> tuple[int, int]:
     """First and last moment of a recorded run (for moving through a replay)."""
     return timeline.start_mono_ns, timeline.end_ns()
+
+
+def redacted(lines: tuple[OutputLine, ...]) -> tuple[OutputLine, ...]:
+    """The job's output as the screen shows it: secrets masked in each styled part."""
+    return tuple(tuple((redact_text(text), style) for text, style in line) for line in lines)

@@ -7,6 +7,7 @@ the same `Timeline.ingest_*` path the live run used.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -63,6 +64,27 @@ class StoreError(Exception):
     """The store cannot be used; the message is one line for the user."""
 
 
+def private_folder(path: Path, tighten: bool) -> str | None:
+    """A folder only its owner can enter: made 0700 if missing; an existing one that
+    others can enter is tightened when `tighten` (the doctor's own folder). Says what it
+    did, or None."""
+    if not path.exists():
+        path.mkdir(parents=True, mode=0o700)
+        os.chmod(path, 0o700)  # whatever the umask
+        return None
+    mode = path.stat().st_mode & 0o777
+    if mode & 0o077 and tighten and path.stat().st_uid == os.getuid():
+        os.chmod(path, 0o700)
+        return f"{path} could be entered by other users (mode {mode:o}): now owner-only (700)"
+    return None
+
+
+def private_file(path: Path) -> None:
+    """Create `path` readable by its owner only (0600, whatever the umask) if missing."""
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+
+
 def default_path() -> Path:
     env = os.environ.get("GPUDOCTOR_STORE")
     if env:
@@ -100,10 +122,20 @@ class SessionRow:
 
 
 class Store:
-    def __init__(self, path: Path) -> None:
+    """`explicit`: the user chose where (`--store`, $GPUDOCTOR_STORE): a store there that
+    others can read is kept so, with a warning; at the default place it is tightened.
+    Either way `notice` holds the one line to show, or None."""
+
+    def __init__(self, path: Path, explicit: bool = False) -> None:
         self.path = path
+        self.notice: str | None = None
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            said = [private_folder(path.parent, tighten=not explicit)]
+            existed = path.exists()
+            private_file(path)  # SQLite gives its -wal and -shm files the same mode
+            if existed:
+                said.append(_private_store(path, explicit))
+            self.notice = "; ".join(line for line in said if line) or None
             # a short wait for a lock: the loop must not stall on a store someone holds
             self.db = sqlite3.connect(str(path), timeout=BUSY_S, check_same_thread=False)
             self.db.execute("PRAGMA journal_mode=WAL")
@@ -321,6 +353,23 @@ class Store:
         except sqlite3.Error as exc:
             raise StoreError(f"cannot read the session store {self.path}: {exc}") from None
         return sum(int(steps) for _, steps in rows) if rows else None
+
+
+def _private_store(path: Path, explicit: bool) -> str | None:
+    """An existing store (and its -wal, -shm) that others can read: tightened to 0600
+    at the default place, kept at one the user chose. The one line to say, or None."""
+    mode = path.stat().st_mode & 0o777
+    if not mode & 0o077:
+        return None
+    if explicit or path.stat().st_uid != os.getuid():
+        return (
+            f"the session store {path} can be read by other users (mode {mode:o}); kept "
+            "as you chose it (chmod 600 it to make it private)"
+        )
+    for part in (path, Path(f"{path}-wal"), Path(f"{path}-shm"), Path(f"{path}-journal")):
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(part, 0o600)
+    return f"the session store {path} was readable by other users (mode {mode:o}): now 600"
 
 
 # -- records: the one path from a stored row back into a timeline -------------------------

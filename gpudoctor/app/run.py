@@ -15,6 +15,7 @@ from gpudoctor.jobs.watched import container_message, find_target, foreign_gpu_p
 from gpudoctor.model import JobExit
 from gpudoctor.output_log import OutputLog
 from gpudoctor.probe.profile import ENV_PROFILE_STEPS, ENV_PROFILE_TRACE
+from gpudoctor.redact import redact_argv
 from gpudoctor.report.values import Report
 from gpudoctor.sources.nvml import NvmlReader
 from gpudoctor.sources.stacks import AttachError, check_access, find_py_spy
@@ -116,7 +117,7 @@ def check_watch(pid: int, nvml: NvmlReader, headless: bool) -> WatchTarget:
 
 def not_python(pid: int, command: list[str] | tuple[str, ...]) -> str:
     return (
-        f"pid {pid} ({' '.join(command)[:60]}) is not a Python process: "
+        f"pid {pid} ({' '.join(redact_argv(command))[:60]}) is not a Python process: "
         "only its GPU and host use can be watched"
     )
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from gpudoctor.app.errors import NotPossible
 from gpudoctor.output_log import DEFAULT_MAX_MB, OutputLog
-from gpudoctor.store import SessionRow, Store, StoreError
+from gpudoctor.store import SessionRow, Store, StoreError, private_folder
 from gpudoctor.timeline import Timeline
 
 
@@ -35,7 +35,7 @@ def open_log(store: Store, prefix: str, max_bytes: int = DEFAULT_MAX_MB << 20) -
     rotated past `max_bytes`."""
     logs = Path(store.path).parent / "logs"
     try:
-        logs.mkdir(parents=True, exist_ok=True)
+        private_folder(logs, tighten=True)  # the job's output: its owner's only
         return OutputLog(logs / time.strftime(f"{prefix}-%Y%m%d-%H%M%S.log"), max_bytes)
     except OSError as exc:
         raise NotPossible(f"cannot write the job's log in {logs}: {exc}") from None

@@ -20,6 +20,7 @@ from gpudoctor.diagnosis.window import WARMUP_STEPS
 from gpudoctor.jobs import LaunchedJob
 from gpudoctor.prescribe.rerun import NotApplicable, Treatment, plan
 from gpudoctor.prescribe.trial import TRIAL_WARMUP_STEPS, Arm, Comparison, TrialResult, arm_of
+from gpudoctor.redact import redact_argv
 from gpudoctor.store import Store
 from gpudoctor.timeline import Timeline
 
@@ -64,7 +65,7 @@ def trial(
     arms: dict[str, list[Arm]] = {"baseline": [], "treatment": []}
 
     def run(side: str, argv: list[str], env: dict[str, str]) -> LaunchedJob:
-        progress(f"{side} run {len(arms[side]) + 1}: {' '.join(argv)}")
+        progress(f"{side} run {len(arms[side]) + 1}: {' '.join(redact_argv(argv))}")
         job, arm = run_arm(argv, env, request.steps, store, output=output)
         conclude(job, store, request.lang)
         arms[side].append(arm)

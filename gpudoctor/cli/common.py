@@ -14,6 +14,8 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from gpudoctor.output_log import DEFAULT_MAX_MB
+
 if TYPE_CHECKING:
     from gpudoctor.app.follow import Follower
     from gpudoctor.jobs import JobSource
@@ -47,11 +49,15 @@ def lang_of(args: argparse.Namespace) -> str:
 def open_store(args: argparse.Namespace) -> Store:
     from gpudoctor.store import Store, StoreError, default_path
 
-    path = getattr(args, "store", None) or default_path()
+    chosen = getattr(args, "store", None) or os.environ.get("GPUDOCTOR_STORE")
+    path = chosen or default_path()
     try:
-        return Store(Path(path))
+        store = Store(Path(path), explicit=bool(chosen))
     except StoreError as exc:
         raise UsageError(f"gpudoctor: {exc}") from None
+    if store.notice:
+        print(f"gpudoctor: {store.notice}", file=sys.stderr)
+    return store
 
 
 def command_of(args: argparse.Namespace, name: str) -> tuple[str, ...]:
@@ -75,13 +81,13 @@ def report_path(args: argparse.Namespace, name: str) -> Path | None:
     return path
 
 
-def open_log(store: Store, prefix: str, name: str, max_bytes: int | None = None) -> OutputLog:
+def open_log(
+    store: Store, prefix: str, name: str, max_bytes: int = DEFAULT_MAX_MB << 20
+) -> OutputLog:
     """A log file for the jobs' output beside the store, or one line and exit 2."""
     from gpudoctor.app import errors, sessions
 
     try:
-        if max_bytes is None:
-            return sessions.open_log(store, prefix)
         return sessions.open_log(store, prefix, max_bytes)
     except errors.NotPossible as exc:
         store.close()

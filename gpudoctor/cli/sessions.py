@@ -9,6 +9,7 @@ from pathlib import Path
 
 from gpudoctor.app import errors, sessions
 from gpudoctor.cli.common import UsageError, lang_of, on_terminal, open_store
+from gpudoctor.redact import redact_argv
 from gpudoctor.report.build import build
 from gpudoctor.report.render import markdown
 from gpudoctor.store import Store, StoreError
@@ -46,7 +47,7 @@ def _history(store: Store, limit: int) -> int:
         # a watched job's steps are not counted (py-spy samples them): "watch" says why
         steps = ("watch" if row.summary.get("mode") == "watch" else "-") if steps is None else steps
         top = row.summary.get("top_finding") or "-"
-        command = " ".join(row.command)
+        command = " ".join(redact_argv(row.command))
         print(
             f"{row.id:>4}  {started:16}  {took:>7}  {ended:22}  {steps!s:>6}  {top:26}  {command[:60]}"
         )

@@ -20,6 +20,7 @@ from gpudoctor.cli.common import (
     write_file,
 )
 from gpudoctor.jobs import LaunchError
+from gpudoctor.redact import redact_argv
 from gpudoctor.report import to_json
 from gpudoctor.report.render import trial_document, trial_markdown, trial_text
 
@@ -37,7 +38,7 @@ def command(args: argparse.Namespace) -> int:
 
 def from_tui(command: tuple[str, ...], remedy: str, lang: str, store: Path | None) -> int:
     """`t` on a finding's screen: the trial of its first remedy, as `gpudoctor trial`."""
-    print(f"gpudoctor: trial of {remedy} on {' '.join(command)}", file=sys.stderr)
+    print(f"gpudoctor: trial of {remedy} on {' '.join(redact_argv(command))}", file=sys.stderr)
     request = trials.TrialRequest(
         command=command, remedies=(remedy,), steps=100, repeat=2, lang=lang
     )

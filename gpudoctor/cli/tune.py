@@ -21,6 +21,7 @@ from gpudoctor.cli.common import (
 )
 from gpudoctor.jobs import LaunchError
 from gpudoctor.prescribe.batch_size import Found
+from gpudoctor.redact import redact_argv
 from gpudoctor.report import to_json
 from gpudoctor.report.render import tune_document, tune_markdown, tune_text
 
@@ -52,7 +53,7 @@ def command(args: argparse.Namespace) -> int:
         if on_terminal():
             from gpudoctor.tui.tune import run_tune_app
 
-            found = run_tune_app(search, " ".join(request.command))
+            found = run_tune_app(search, " ".join(redact_argv(request.command)))
         else:
             found = search(progress)
     except LaunchError as exc:

@@ -23,6 +23,7 @@ from gpudoctor.cli.common import (
 )
 from gpudoctor.cli.run import print_status, show
 from gpudoctor.jobs import WatchedJob
+from gpudoctor.redact import redact_argv
 from gpudoctor.sources.nvml import NvmlReader
 from gpudoctor.store import Store
 
@@ -47,7 +48,7 @@ def command(args: argparse.Namespace) -> int:
     if not headless:
         return in_tui(job, store, lang, path, target)
     print(
-        f"gpudoctor: watching pid {target.pid} ({' '.join(target.command)[:80]}); "
+        f"gpudoctor: watching pid {target.pid} ({' '.join(redact_argv(target.command))[:80]}); "
         "Ctrl-C leaves it running",
         file=sys.stderr,
     )

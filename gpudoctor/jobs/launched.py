@@ -13,12 +13,11 @@ import os
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 from typing import IO, Any
 
-from gpudoctor import probe
+from gpudoctor import probe, run_folders
 from gpudoctor.jobs.source import Recorder
 from gpudoctor.model import EndedBy, JobExit
 from gpudoctor.output_log import OutputLog
@@ -73,7 +72,7 @@ class LaunchedJob(Recorder):
         # a log file, so that leaving it running really leaves it running.
         self.own_terminal = own_terminal
         self.proc: subprocess.Popen[bytes] | None = None
-        self._dir = tempfile.mkdtemp(prefix="gpudoctor-")
+        self._dir = run_folders.make("run")  # owner-only; stale ones of dead doctors go
         self.server = ProbeServer(os.path.join(self._dir, "probe.sock"))
         # the probe looks here for requests (a profiler capture): see probe/profile.py
         self.control_path = os.path.join(self._dir, "control")

@@ -20,6 +20,7 @@ from typing import Any
 from gpudoctor.diagnosis.window import WARMUP_STEPS, Window
 from gpudoctor.model import StepRecord
 from gpudoctor.prescribe.rerun import Change
+from gpudoctor.redact import redact_argv, redact_text
 from gpudoctor.timeline import Timeline
 
 BOOTSTRAP_ROUNDS = 2000
@@ -269,18 +270,19 @@ class TrialResult:
         out = {
             **self.comparison.to_dict(),
             "applied": [c.as_dict() for c in self.applied],
+            # for people: secrets masked (the sessions in the store keep the raw argv)
             "commands": {
-                "baseline": list(self.baseline_command),
-                "treatment": list(self.treatment_command),
+                "baseline": redact_argv(self.baseline_command),
+                "treatment": redact_argv(self.treatment_command),
             },
         }
         if self.steps_per_run is None:  # two recorded runs compared (`compare`)
-            out["treatment_shown"] = self.treatment_shown
+            out["treatment_shown"] = redact_text(self.treatment_shown)
             return out
         out.update(
             {
-                "treatment_env": dict(self.treatment_env),
-                "treatment_shown": self.treatment_shown,
+                "treatment_env": {k: redact_text(v) for k, v in self.treatment_env.items()},
+                "treatment_shown": redact_text(self.treatment_shown),
                 "steps_per_run": self.steps_per_run,
                 "repeat": self.repeat,
                 "method": self.method,

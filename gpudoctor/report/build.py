@@ -12,6 +12,7 @@ from gpudoctor.diagnosis.window import Window, percentile
 from gpudoctor.model import Finding
 from gpudoctor.prescribe.how import how
 from gpudoctor.probe.clock import MAX_BUFFERED_STEPS
+from gpudoctor.redact import redact_argv, redact_facts, redact_text
 from gpudoctor.report.values import (
     DoctorInfo,
     FindingLine,
@@ -74,17 +75,19 @@ def build(timeline: Timeline, session_id: int | None, lang: str = "en") -> Repor
         mode=timeline.mode,
         watched_pid=timeline.watched_pid,
         estimated=tuple(window.estimated_measures),
-        command=tuple(timeline.command),
+        command=tuple(redact_argv(timeline.command)),  # the store keeps it raw
         exit_code=job_exit.exit_code if job_exit else None,
         ended_by=job_exit.ended_by if job_exit else None,
         exception_type=job_exit.exception_type if job_exit else None,
-        exception_message=job_exit.exception_message if job_exit else None,
+        exception_message=redact_text(job_exit.exception_message or "") or None
+        if job_exit
+        else None,
         duration_s=round(timeline.duration_s(), 3),
         steps=_steps(window),
         gpus=_gpus(window),
         gpu_status=_gpu_status(timeline),
         host=_host(window),
-        facts={k: facts[k] for k in AUDIT_KEYS if k in facts},
+        facts=redact_facts({k: facts[k] for k in AUDIT_KEYS if k in facts}),
         findings=tuple(_finding(f, facts, cores_allowed, lang) for f in findings),
         probe=ProbeInfo(
             processes=tuple(sorted(timeline.facts)),

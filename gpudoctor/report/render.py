@@ -8,6 +8,7 @@ from typing import Any
 
 from gpudoctor.prescribe.batch_size import SAFETY_MARGIN, Found
 from gpudoctor.prescribe.trial import TrialResult
+from gpudoctor.redact import redact_argv, redact_text
 from gpudoctor.report.values import SCHEMA, Profile, Report, StepMeasures
 
 SUMMARY_REMEDIES = 3  # remedies per finding in the printed summary (all in Markdown)
@@ -167,7 +168,7 @@ def trial_text(r: TrialResult) -> str:
         f"  speedup {round(c.speedup, 4):.2f}x (95% interval {low:.2f}-{high:.2f}); data wait "
         f"{percent(b.data_wait_fraction)} -> {percent(t.data_wait_fraction)}"
     )
-    lines.append(f"  treatment command: {r.treatment_shown}")
+    lines.append(f"  treatment command: {redact_text(r.treatment_shown)}")
     return "\n".join(lines) + "\n"
 
 
@@ -184,7 +185,7 @@ def trial_markdown(r: TrialResult) -> str:
         f"{percent(b.data_wait_fraction)}",
         f"- treatment: {round(t.samples_per_s, 2)} {t.unit}/s, data wait "
         f"{percent(t.data_wait_fraction)}",
-        f"- treatment command: `{r.treatment_shown}`",
+        f"- treatment command: `{redact_text(r.treatment_shown)}`",
     ]
     lines += [f"- applied `{a.remedy}` via {a.via}: {a.change}" for a in r.applied]
     return "\n".join(lines) + "\n"
@@ -195,7 +196,7 @@ def trial_document(r: TrialResult) -> dict[str, Any]:
     return {
         "schema": SCHEMA,
         "mode": "trial",
-        "command": list(r.baseline_command),
+        "command": redact_argv(r.baseline_command),
         "trial": r.to_dict(),
     }
 
@@ -225,7 +226,7 @@ def tune_document(command: tuple[str, ...], found: Found) -> dict[str, Any]:
     return {
         "schema": SCHEMA,
         "mode": "tune",
-        "command": list(command),
+        "command": redact_argv(command),
         "batch_size": found.as_dict(),
     }
 

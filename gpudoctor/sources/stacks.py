@@ -20,11 +20,11 @@ import re
 import shutil
 import subprocess
 import sysconfig
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from gpudoctor import run_folders
 from gpudoctor.model import COUNTER_NAMES, StackChunk
 
 RATE_HZ = 20  # DESIGN.md section 7: non-blocking, at 20 Hz or less
@@ -235,7 +235,7 @@ class StackSampler:
         self.first_chunk_s = first_chunk_s
         self.errors = 0
         self.last_error: str | None = None
-        self._dir = tempfile.mkdtemp(prefix="gpudoctor-stacks-")
+        self._dir = run_folders.make("stacks")
         self._record: subprocess.Popen[bytes] | None = None
         self._dump: subprocess.Popen[bytes] | None = None
         self._t_start = 0

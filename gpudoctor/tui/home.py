@@ -19,6 +19,7 @@ from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from gpudoctor import display
 from gpudoctor.processes import ProcessRow
+from gpudoctor.redact import redact_text
 from gpudoctor.snapshot import Snapshot
 from gpudoctor.tui.widgets import GpuPanel, HostPanel
 
@@ -126,7 +127,7 @@ class HomeApp(App[HomeChoice | None]):
                 f"{r.cpu_pct:.0f}%",
                 display.mib(r.rss_bytes),
                 display.mib(r.gpu_mem_bytes) if r.gpu_mem_bytes is not None else "-",
-                r.command[:120],
+                redact_text(r.command)[:120],  # anyone's command line: secrets masked
                 key=str(r.pid),
             )
         if message.rows:

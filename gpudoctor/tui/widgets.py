@@ -10,6 +10,7 @@ from textual.widgets.option_list import Option
 
 from gpudoctor import display
 from gpudoctor.model import Finding, GpuProcess, GpuSample
+from gpudoctor.redact import redact_text
 from gpudoctor.snapshot import Snapshot
 from gpudoctor.terminal import OutputLine
 
@@ -155,7 +156,8 @@ class GpuPanel(Panel):
             )
             tag = "<- job " if mine else ""
             room = max(0, width - len(row) - len(tag))
-            out.append(row + tag + (p.command or "")[:room], "bold" if mine else "")
+            command = redact_text(p.command or "")  # anyone's command line: secrets masked
+            out.append(row + tag + command[:room], "bold" if mine else "")
         return out
 
 
