@@ -34,9 +34,10 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("commit")
     p.add_argument("--rounds", type=int, default=8)
-    p.add_argument("job", nargs=argparse.REMAINDER)
-    args = p.parse_args()
-    job = (args.job[1:] if args.job[:1] == ["--"] else args.job) or [
+    argv = sys.argv[1:]
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = p.parse_args(argv[:cut])
+    job = argv[cut + 1 :] or [
         "--hidden", "512", "--batch-size", "128", "--steps", "300"
     ]  # fmt: skip
     folder = Path(tempfile.mkdtemp(prefix="gpudoctor-versions-"))
