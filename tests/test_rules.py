@@ -26,6 +26,7 @@ from gpudoctor.diagnosis.rules import (
     small_batch,
     straggler,
 )
+from gpudoctor.diagnosis.window import Window
 
 LOADER = {"dataloaders": [{"num_workers": 0, "pin_memory": False, "persistent_workers": False}]}
 
@@ -78,15 +79,7 @@ SIGNALS = {
     "gpu-throttled": lambda: window(
         gpus=gpus(n=8, reasons=("hw-thermal",)) + gpus(n=12, t0=20 * 10**9)
     ),
-    "straggler": lambda: window(
-        steps=steps(pid=1, wall_ms=10),
-        steps_by_pid={
-            1: steps(pid=1, wall_ms=10),
-            2: steps(pid=2, wall_ms=10),
-            3: steps(pid=3, wall_ms=15),
-        },
-        facts_by_pid={3: {"rank": "2"}},
-    ),  # fmt: skip
+    "straggler": lambda: ddp_window(slow_host_ms=12.0),
 }
 
 
@@ -309,13 +302,34 @@ def test_gpu_throttled_over_ten_percent_of_samples() -> None:
     assert gpu_throttled.evaluate(window(gpus=idle_only)) is None
 
 
-def test_straggler_rank() -> None:
-    by_pid = {1: steps(pid=1, wall_ms=10), 2: steps(pid=2, wall_ms=10), 3: steps(pid=3, wall_ms=15)}
-    w = window(steps=by_pid[1], steps_by_pid=by_pid, facts_by_pid={3: {"rank": "2"}})
-    finding = straggler.evaluate(w)
-    assert finding is not None and "rank 2" in finding.evidence
-    even = {1: by_pid[1], 2: by_pid[2]}
-    assert straggler.evaluate(window(steps=by_pid[1], steps_by_pid=even)) is None
+def ddp_window(slow_host_ms: float = 0.0, ranks: int = 3) -> Window:
+    """DDP as it looks from inside: every rank's step as long as the slowest's; rank 1
+    does `slow_host_ms` of extra host work and the others wait that long in backward
+    (the gradient all-reduce)."""
+    wall = 9.0 + slow_host_ms
+    by_pid = {
+        100 + r: steps(
+            pid=100 + r, wall_ms=wall, loader_ms=1.0, forward_ms=3.0, optimizer_ms=1.0,
+            backward_ms=4.0 + (0.0 if r == 1 else slow_host_ms),
+        )
+        for r in range(ranks)
+    }  # fmt: skip
+    facts = {100 + r: {"rank": str(r), "local_rank": str(r)} for r in range(ranks)}
+    return window(steps=by_pid[100], steps_by_pid=by_pid, facts_by_pid=facts)
+
+
+def test_straggler_names_the_rank_the_others_wait_for_and_its_cause() -> None:
+    finding = straggler.evaluate(ddp_window(slow_host_ms=12.0))
+    assert finding is not None
+    assert finding.evidence.startswith("rank 1 (pid 101) does 21.0 ms of its own work a step")
+    assert "against 9.0 ms for the other 2 (median), 2.33x" in finding.evidence
+    assert "about 2.33x as fast if it kept up" in finding.evidence  # 21 ms -> 9 ms
+    assert "12.0 ms more in host code" in finding.evidence
+    assert "ranks 0, 2 wait 12.0 ms a step for it" in finding.evidence
+    assert finding.severity == "high"
+    # every rank's step takes as long: wall time alone cannot tell (the old rule's way)
+    assert straggler.evaluate(ddp_window(slow_host_ms=0.0)) is None  # balanced
+    assert straggler.evaluate(ddp_window(slow_host_ms=0.3)) is None  # within the noise
 
 
 def test_a_healthy_window_has_no_findings() -> None:

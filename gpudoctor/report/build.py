@@ -3,10 +3,12 @@ shape), so `gpudoctor report SESSION` rebuilds offline exactly what the run prin
 
 from __future__ import annotations
 
+import socket
 import statistics
 from typing import Any
 
 from gpudoctor.diagnosis.engine import diagnose
+from gpudoctor.diagnosis.ranks import RankMeasure, rank_measures
 from gpudoctor.diagnosis.remedies import CATALOGUE
 from gpudoctor.diagnosis.window import Window, percentile
 from gpudoctor.model import Finding
@@ -20,6 +22,7 @@ from gpudoctor.report.values import (
     HostSummary,
     ProbeInfo,
     Profile,
+    RankLine,
     RemedyLine,
     Report,
     Stall,
@@ -103,6 +106,27 @@ def build(timeline: Timeline, session_id: int | None, lang: str = "en") -> Repor
         profile=Profile.of(profile) if profile else None,
         notes=tuple(_notes(timeline, window)),
         doctor=_doctor(timeline),
+        ranks=tuple(_rank(m) for m in rank_measures(window, counts)),
+    )
+
+
+def _rank(m: RankMeasure) -> RankLine:
+    return RankLine(
+        rank=m.rank,
+        local_rank=m.local_rank,
+        pid=m.pid,
+        host=socket.gethostname(),  # one node's doctor sees its own node's ranks
+        steps={
+            "count": m.steps,
+            "median_ms": round(m.median_ms, 3),
+            "p90_ms": round(m.p90_ms, 3),
+            "samples_per_s": round(m.samples_per_s, 2) if m.samples_per_s else None,
+            "data_wait_fraction": round(m.data_wait_fraction, 4),
+        },
+        parts_ms={k: round(v, 3) for k, v in m.parts_ms.items()},
+        own_ms=round(m.own_ms, 3),
+        comm_wait_ms=round(m.comm_wait_ms, 3),
+        score=round(m.score, 3),
     )
 
 

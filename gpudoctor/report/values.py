@@ -216,6 +216,36 @@ class DoctorInfo:
 
 
 @dataclass(frozen=True)
+class RankLine:
+    """One rank of a distributed job (DESIGN.md: `ranks`): its steps measured on its
+    own, its own work and its wait for the others (diagnosis/ranks.py), and its score
+    (own work against the fastest rank's)."""
+
+    rank: int | None
+    local_rank: int | None
+    pid: int
+    host: str
+    steps: Mapping[str, Json]  # count, median_ms, p90_ms, samples_per_s, data_wait_fraction
+    parts_ms: Mapping[str, float]  # data, host, forward, backward, optimizer (medians)
+    own_ms: float
+    comm_wait_ms: float
+    score: float
+
+    def to_dict(self) -> dict[str, Json]:
+        return {
+            "rank": self.rank,
+            "local_rank": self.local_rank,
+            "pid": self.pid,
+            "host": self.host,
+            "steps": dict(self.steps),
+            "parts_ms": dict(self.parts_ms),
+            "own_ms": self.own_ms,
+            "comm_wait_ms": self.comm_wait_ms,
+            "score": self.score,
+        }
+
+
+@dataclass(frozen=True)
 class StoreOutage:
     at_s: float
     seconds: float | None  # None: it lasted to the end of the run
@@ -304,6 +334,7 @@ class Report:
     profile: Profile | None
     notes: tuple[str, ...]
     doctor: DoctorInfo
+    ranks: tuple[RankLine, ...] = ()  # a distributed job's ranks, each measured alone
 
     @property
     def watched(self) -> bool:
@@ -335,6 +366,7 @@ class Report:
             "profile": self.profile.to_dict() if self.profile is not None else None,
             "notes": list(self.notes),
             "doctor": self.doctor.to_dict(),
+            "ranks": [r.to_dict() for r in self.ranks],
         }
 
     def to_json(self) -> str:

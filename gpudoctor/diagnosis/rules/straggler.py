@@ -1,46 +1,87 @@
-"""straggler: one rank's steps are slower than the others'."""
+"""straggler: one rank's own work is slower than the others', and they wait for it.
+
+In DDP every rank's step takes as long as the slowest rank's, so step times cannot
+name it: the comparison is of each rank's own work, its step less the time it waited
+for the others in collectives (diagnosis/ranks.py).
+"""
 
 from __future__ import annotations
 
 import statistics
 
-from gpudoctor.diagnosis.window import WARMUP_STEPS, Window
+from gpudoctor.diagnosis.ranks import RankMeasure, rank_measures
+from gpudoctor.diagnosis.window import Window
 from gpudoctor.model import Finding
 
-# DESIGN.md section 4: one rank above 1.2x the median rank's step time (no external
-# anchor; collectives make every rank wait for the slowest).
+# DESIGN.md section 4: one rank above 1.2x the median rank (no external anchor; NVIDIA's
+# resiliency extension scores ranks the same way, own work against the others').
 RATIO = 1.2
-MIN_STEPS = 5
+# What the others must lose waiting for it before it is worth a finding: 5% of a step.
+MIN_WAIT_SHARE = 0.05
 
 ID = "straggler"
+PART_WORDS = {
+    "data": "waiting for its data",
+    "host": "host code",
+    "forward": "forward compute",
+    "backward": "backward compute",
+    "optimizer": "the optimizer",
+}
 
 
 def evaluate(w: Window) -> Finding | None:
-    medians: dict[int, float] = {}
-    for pid, steps in w.steps_by_pid.items():
-        steady = (
-            steps[WARMUP_STEPS:] if len(steps) >= 2 * WARMUP_STEPS else steps[len(steps) // 2 :]
-        )
-        if len(steady) >= MIN_STEPS:
-            # a rank's own compute: collectives make every rank's wall time the slowest's
-            detailed = [s for s in steady if s.detail] or steady
-            medians[pid] = statistics.median(
-                s.wall_ns - s.loader_ns if s.loader_ns else s.wall_ns for s in detailed
-            )
-    if len(medians) < 2:
+    ranks = rank_measures(w)
+    if len(ranks) < 2:
         return None
-    middle = statistics.median(medians.values())
-    pid, slowest = max(medians.items(), key=lambda item: item[1])
-    if middle <= 0 or slowest <= RATIO * middle:
+    slow = max(ranks, key=lambda r: r.own_ms)
+    others = [r for r in ranks if r is not slow]
+    middle = statistics.median(r.own_ms for r in others)  # what the others do a step
+    waited = statistics.median(r.comm_wait_ms for r in others)
+    step_ms = statistics.median(r.median_ms for r in ranks)
+    if middle <= 0 or slow.own_ms <= RATIO * middle or waited < MIN_WAIT_SHARE * step_ms:
         return None
-    rank = w.facts_by_pid.get(pid, {}).get("rank", "?")
+    part, extra = _where(slow, others)
+    # what-if: the job's step if the slow rank's own work were the median rank's
+    faster = step_ms / max(1e-9, step_ms - (slow.own_ms - middle))
     return Finding(
         id=ID,
-        severity="medium",
-        title="One rank is slower than the others",
+        severity="high" if waited >= 0.25 * step_ms else "medium",
+        title="One rank is slower than the others, and they wait for it",
         evidence=(
-            f"rank {rank} (pid {pid}) takes {slowest / 1e6:.1f} ms per step against a median "
-            f"of {middle / 1e6:.1f} ms across {len(medians)} ranks ({slowest / middle:.2f}x)."
+            f"rank {_name(slow)} does {slow.own_ms:.1f} ms of its own work a step against "
+            f"{middle:.1f} ms for the other {len(others)} (median), "
+            f"{slow.own_ms / middle:.2f}x, {extra:.1f} ms more in {PART_WORDS[part]}; "
+            f"{_names(others)} {waited:.1f} ms a step for it "
+            f"({waited / step_ms:.0%} of the step); the job would run about "
+            f"{faster:.2f}x as fast if it kept up."
         ),
         remedies=(),
+        estimated_gain=round(1 - 1 / faster, 3),
     )
+
+
+def _where(slow: RankMeasure, others: list[RankMeasure]) -> tuple[str, float]:
+    """The part of the slow rank's own work furthest above the other ranks' median."""
+    mine = _own_parts(slow)
+    theirs = [_own_parts(r) for r in others]
+    deltas = {part: mine[part] - statistics.median(t[part] for t in theirs) for part in PART_WORDS}
+    part = max(deltas, key=lambda p: deltas[p])
+    return part, deltas[part]
+
+
+def _own_parts(r: RankMeasure) -> dict[str, float]:
+    """A rank's parts with its wait for the others taken out of its backward."""
+    return {**r.parts_ms, "backward": r.parts_ms["backward"] - r.comm_wait_ms}
+
+
+def _name(r: RankMeasure) -> str:
+    return f"{r.rank} (pid {r.pid})" if r.rank is not None else f"pid {r.pid}"
+
+
+def _names(ranks: list[RankMeasure]) -> str:
+    named = sorted(r.rank for r in ranks if r.rank is not None)
+    if len(named) != len(ranks):
+        return "the other processes wait"
+    if len(named) == 1:
+        return f"rank {named[0]} waits"
+    return "ranks " + ", ".join(str(n) for n in named) + " wait"

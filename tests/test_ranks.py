@@ -1,0 +1,86 @@
+"""A distributed job under the doctor (torchrun, gloo, on the CPU): every rank measured,
+the rank the others wait for named with its cause, a balanced job left alone."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import PY, finding_ids, run_job
+
+pytestmark = pytest.mark.timeout(240)
+
+TORCHRUN = str(Path(PY).with_name("torchrun"))
+
+DDP = """
+    import os, sys, time
+    import torch, torch.distributed as dist, torch.nn as nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    dist.init_process_group("gloo")
+    rank = int(os.environ["RANK"])
+    slow_rank, extra_s = int(sys.argv[1]), float(sys.argv[2])
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = DDP(nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    data = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(torch.randn(4096, 256), torch.randint(0, 10, (4096,))),
+        batch_size=64,
+    )
+    for epoch in range(3):
+        for x, y in data:
+            if rank == slow_rank:  # host work on one rank only: a slow augmentation, say
+                end = time.perf_counter() + extra_s
+                while time.perf_counter() < end:
+                    pass
+            loss = nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad(); loss.backward(); opt.step()
+    dist.barrier()
+    dist.destroy_process_group()
+"""
+
+
+def ddp(tmp_path: Path, *args: str) -> dict[str, Any]:
+    """torchrun, two ranks, as a user starts it, under `gpudoctor run --headless`."""
+    script = tmp_path / "ddp.py"
+    script.write_text(textwrap.dedent(DDP))
+    proc, report = run_job(
+        tmp_path, TORCHRUN, "--standalone", "--nproc_per_node", "2", str(script), *args
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return report
+
+
+def test_the_rank_the_others_wait_for_is_named_with_its_cause(tmp_path: Path) -> None:
+    report = ddp(tmp_path, "1", "0.012")
+    ranks = report["ranks"]
+    assert [r["rank"] for r in ranks] == [0, 1]
+    assert all(r["steps"]["count"] == 192 for r in ranks)  # 3 epochs of 64 batches each
+    slow, fast = ranks[1], ranks[0]
+    # rank 0 waits in the all-reduce about as long as rank 1 works on its own extra
+    assert 8.0 < fast["comm_wait_ms"] < 20.0 and slow["comm_wait_ms"] == 0.0
+    assert slow["own_ms"] > 2 * fast["own_ms"] and slow["score"] > 2
+    assert 9.0 < slow["parts_ms"]["host"] < 20.0
+    assert finding_ids(report)[0] == "straggler"
+    evidence = report["findings"][0]["evidence"]
+    assert evidence.startswith(f"rank 1 (pid {slow['pid']})") and "more in host code" in evidence
+    assert "rank 0 waits" in evidence
+
+
+def test_a_balanced_job_has_no_straggler(tmp_path: Path) -> None:
+    report = ddp(tmp_path, "-1", "0")
+    assert len(report["ranks"]) == 2
+    assert "straggler" not in finding_ids(report)
+    assert all(r["score"] < 1.5 for r in report["ranks"])
+
+
+def test_a_single_process_job_has_no_ranks(tmp_path: Path) -> None:
+    script = tmp_path / "one.py"
+    script.write_text(
+        "import torch\nm = torch.nn.Linear(2, 2)\n"
+        "for _ in range(20):\n    m(torch.randn(1, 2)).sum().backward()\n"
+    )
+    _, report = run_job(tmp_path, script)
+    assert report["ranks"] == [] and report["steps"]["count"] == 20
