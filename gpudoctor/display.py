@@ -6,6 +6,9 @@ here: the bands are style names the stylesheet and the widgets map to colours.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from gpudoctor.diagnosis.ranks import RankMeasure
 from gpudoctor.model import GpuSample, HostSample
 
 NA = "N/A"
@@ -201,3 +204,31 @@ def split_bar(split: dict[str, float], width: int) -> tuple[str, str]:
             lines.append(item)
             used = room
     return text, "\n".join(lines)
+
+
+RANK_HEADER = "rank  step p50  data wait  own work  comm wait  GPU"
+
+
+def rank_rows(ranks: Sequence[RankMeasure], gpus: Sequence[GpuSample], room: int) -> list[str]:
+    """One line a rank (rank, step p50, data wait, own work, comm wait, the GPU util of
+    its device), in rank order; more ranks than `room` lines: the slowest by own work,
+    one line for those between, and the fastest."""
+    util = {g.index: g.util_gpu_pct for g in gpus}
+
+    def row(r: RankMeasure) -> str:
+        name = str(r.rank) if r.rank is not None else f"pid {r.pid}"
+        device = util.get(r.local_rank) if r.local_rank is not None else None
+        return (
+            f"{name:>4}  {ms(r.median_ms):>8}  {pct(r.data_wait_fraction * 100):>9}  "
+            f"{ms(r.own_ms):>8}  {ms(r.comm_wait_ms):>9}  {pct(device):>4}"
+        )
+
+    if len(ranks) <= room:
+        return [row(r) for r in ranks]
+    by_own = sorted(ranks, key=lambda r: r.own_ms, reverse=True)
+    slowest, middle, fastest = by_own[: room - 2], by_own[room - 2 : -1], by_own[-1]
+    between = (
+        f"  ... {len(middle)} ranks with own work from {ms(middle[-1].own_ms)} to "
+        f"{ms(middle[0].own_ms)}"
+    )
+    return [row(r) for r in slowest] + [between, row(fastest)]

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudoctor.diagnosis.engine import diagnose
+from gpudoctor.diagnosis.ranks import RankMeasure, rank_measures
 from gpudoctor.diagnosis.window import percentile
 from gpudoctor.model import Finding, GpuSample, HostSample, JobExit
 from gpudoctor.redact import redact_argv, redact_text
@@ -50,6 +51,7 @@ class Snapshot:
     mode: str = "run"  # "watch": no step timed; the step measures are estimates
     stack_samples: int = 0  # watch mode: py-spy's samples of the main thread
     store_trouble: str | None = None  # why the store cannot be written now (kept in memory)
+    ranks: tuple[RankMeasure, ...] = ()  # a distributed job's ranks, each measured alone
 
     @property
     def running(self) -> bool:
@@ -104,6 +106,7 @@ def take(
         mode=timeline.mode,
         stack_samples=w.stack_total,
         store_trouble=timeline.store_trouble() if until_ns is None else None,
+        ranks=tuple(rank_measures(w)) if len(w.steps_by_pid) > 1 else (),
     )
 
 

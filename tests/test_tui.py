@@ -20,6 +20,7 @@ from gpudoctor.app.follow import Follower
 from gpudoctor.jobs import LaunchedJob
 from gpudoctor.store import Store
 from gpudoctor.terminal import TerminalView
+from gpudoctor.timeline import Timeline
 from gpudoctor.tui.app import make_live_app, make_replay_app
 from gpudoctor.tui.screens import FindingScreen, HelpScreen, QuitScreen
 from gpudoctor.tui.widgets import FindingsPanel, GpuPanel, HostPanel, JobPanel
@@ -342,3 +343,54 @@ def test_t_on_a_finding_asks_for_the_trial_of_its_first_remedy() -> None:
             assert app.trial_request == first == "more-workers"
 
     asyncio.run(drive())
+
+
+def ddp_timeline(ranks: int, slow_rank: int = 1, extra_ms: float = 12.0) -> Timeline:
+    """A DDP job's record as the probe sends it: every rank's step as long as the
+    slowest's, the others waiting that long in backward."""
+    from collections import deque
+
+    from windows import steps
+
+    timeline = Timeline(["torchrun", "train.py"], 1.7e9, 0)
+    for r in range(ranks):
+        pid = 100 + r
+        rows = steps(
+            pid=pid, wall_ms=9.0 + extra_ms, loader_ms=1.0, forward_ms=3.0, optimizer_ms=1.0,
+            backward_ms=4.0 + (0.0 if r == slow_rank else extra_ms) + r * 0.01,
+        )  # fmt: skip
+        timeline.steps[pid] = deque(rows)
+        timeline.step_counts[pid] = len(rows)
+        timeline.facts[pid] = {"rank": str(r), "local_rank": str(r)}
+    timeline.end_mono_ns = timeline.steps[100][-1].t_end_mono_ns
+    return timeline
+
+
+def test_r_shows_every_rank_and_the_job_panel_names_the_slowest() -> None:
+    from gpudoctor.tui.screens import RanksScreen
+
+    app = make_replay_app(ddp_timeline(4, slow_rank=2), 1)
+
+    async def drive() -> None:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: app.snapshot is not None)
+            assert "4 ranks · slowest 2: 21.0 ms own (2.3x)" in text_of(app.query_one(JobPanel))
+            await pilot.press("r")
+            await wait_for(pilot, lambda: isinstance(app.screen, RanksScreen))
+            table = str(app.screen.query_one("#ranks-table", Static).content).splitlines()
+            assert table[0].startswith("rank  step p50  data wait  own work  comm wait")
+            assert [line.split()[0] for line in table[1:]] == ["0", "1", "2", "3"]
+            assert "21.0 ms" in table[3] and "0.0 ms" in table[3]  # rank 2: no wait
+
+    asyncio.run(drive())
+
+
+def test_sixty_four_ranks_are_summarised_to_fit_the_screen() -> None:
+    from gpudoctor.diagnosis.ranks import rank_measures
+    from gpudoctor.display import rank_rows
+
+    measures = rank_measures(ddp_timeline(64, slow_rank=5).window())
+    rows = rank_rows(measures, (), room=10)
+    assert len(rows) == 10
+    assert rows[0].split()[0] == "5"  # the slowest first
+    assert "... 55 ranks with own work from" in rows[8]

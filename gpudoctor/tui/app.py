@@ -25,6 +25,7 @@ from gpudoctor.tui.screens import (
     OutputScreen,
     ProfileScreen,
     QuitScreen,
+    RanksScreen,
 )
 from gpudoctor.tui.widgets import FindingsPanel, GpuPanel, HostPanel, JobPanel, OutputPanel
 
@@ -45,6 +46,7 @@ class DoctorApp(App[JobExit | None]):
         Binding("question_mark", "help", "Help"),
         Binding("enter", "open_finding", "Remedies", show=True),
         Binding("o", "output", "Output"),
+        Binding("r", "ranks", "Ranks", show=False),
     ]
 
     def __init__(self, lang: str = "en") -> None:
@@ -111,6 +113,10 @@ class DoctorApp(App[JobExit | None]):
     def action_output(self) -> None:
         s = self.snapshot
         self.push_screen(OutputScreen(s.output_tail if s else (), s.output_path if s else None))
+
+    def action_ranks(self) -> None:
+        s = self.snapshot
+        self.push_screen(RanksScreen(s.ranks if s else (), s.gpus if s else ()))
 
     def action_open_finding(self) -> None:
         panel = self.query_one(FindingsPanel)

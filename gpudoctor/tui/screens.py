@@ -12,8 +12,9 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Static
 
 from gpudoctor import display
+from gpudoctor.diagnosis.ranks import RankMeasure
 from gpudoctor.diagnosis.remedies import CATALOGUE
-from gpudoctor.model import Finding
+from gpudoctor.model import Finding, GpuSample
 from gpudoctor.prescribe.how import how
 from gpudoctor.terminal import OutputLine
 from gpudoctor.tui.widgets import styled
@@ -88,11 +89,37 @@ Keys
   ?               this help
   ctrl+p          the command palette
   o               the job's output, full screen
+  r               a distributed job's ranks: step p50, data wait, own work, the
+                  wait for the other ranks, the GPU util of each rank's device
   p               torch.profiler over the next 20 steps: the top operators
   q, ctrl+c       quit (asks whether to stop the job or leave it running;
                   a watched job is always left running)
   replay only:    left/right 5 s, pgup/pgdn 60 s, home/end
 """
+
+
+class RanksScreen(Screen[None]):
+    """A distributed job's ranks, one line each (the slowest first when they are more
+    than the screen holds)."""
+
+    BINDINGS = [Binding("escape,q,r", "app.pop_screen", "Back")]
+
+    def __init__(self, ranks: tuple[RankMeasure, ...], gpus: tuple[GpuSample, ...]) -> None:
+        super().__init__()
+        self.ranks = ranks
+        self.gpus = gpus
+
+    def compose(self) -> ComposeResult:
+        if not self.ranks:
+            body = Text("one process: no ranks to compare (a distributed job shows each here)")
+        else:
+            room = max(3, (self.app.size.height or 24) - 6)
+            lines = [display.RANK_HEADER, *display.rank_rows(self.ranks, self.gpus, room)]
+            body = Text("\n".join(lines))
+        with Vertical(id="ranks-box"):
+            yield Static(Text(f"ranks ({len(self.ranks)})", "bold"))
+            yield Static(body, id="ranks-table")
+        yield Footer()
 
 
 class OutputScreen(Screen[None]):

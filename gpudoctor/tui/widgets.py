@@ -218,6 +218,13 @@ class JobPanel(Panel):
             out.append(f"\n{rate}step time {spark}", "cyan")
         bar, legend = display.split_bar(s.split, width)
         out.append(f"\n{bar}\n{legend}", "")
+        if s.ranks:  # the slowest rank by its own work; r opens the table
+            slow = max(s.ranks, key=lambda r: r.own_ms)
+            out.append(
+                f"\n{len(s.ranks)} ranks · slowest {slow.rank}: "
+                f"{display.ms(slow.own_ms)} own ({slow.score:.1f}x)"[:width],
+                "yellow" if slow.score >= 1.2 else "",
+            )
         if s.host is not None:
             workers = [p for p in s.host.job if p.role == "worker"]
             if workers:
