@@ -3,12 +3,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-# The TUI's terminal test drives the real app in tmux (a Debian package).
-if ! command -v tmux >/dev/null; then
+# The TUI's terminal tests drive the real app in tmux, and the metrics test has a real
+# Prometheus scrape it (Debian packages).
+missing=""
+command -v tmux >/dev/null || missing="$missing tmux"
+command -v prometheus >/dev/null || missing="$missing prometheus"
+if [ -n "$missing" ]; then
     if [ "$(id -u)" = 0 ]; then
-        apt-get update -qq && apt-get install -y -qq tmux >/dev/null
+        apt-get update -qq && apt-get install -y -qq $missing >/dev/null
     else
-        echo "scripts/test.sh: tmux is needed for the terminal test: sudo apt-get install tmux" >&2
+        echo "scripts/test.sh: needed for the tests:$missing (sudo apt-get install$missing)" >&2
         exit 1
     fi
 fi

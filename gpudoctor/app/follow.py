@@ -11,6 +11,7 @@ import threading
 from typing import Protocol
 
 from gpudoctor.jobs import JobSource
+from gpudoctor.metrics import RunCollector
 from gpudoctor.model import JobExit
 from gpudoctor.snapshot import Snapshot, take
 from gpudoctor.terminal import TerminalView
@@ -26,9 +27,15 @@ class Listener(Protocol):
 
 
 class Follower:
-    def __init__(self, source: JobSource, output: TerminalView | None = None) -> None:
+    def __init__(
+        self,
+        source: JobSource,
+        output: TerminalView | None = None,
+        metrics: RunCollector | None = None,
+    ) -> None:
         self.source = source
         self.output = output  # the job's output, as a terminal shows it
+        self.metrics = metrics  # --metrics: handed each tick's snapshot
         self.job_exit: JobExit | None = None
         self.error: str | None = None  # the doctor's failure while following
         self._listener: Listener | None = None
@@ -74,5 +81,10 @@ class Follower:
 
     def _tick(self, timeline: Timeline) -> None:
         listener = self._listener
-        if listener is not None:  # nobody looks (the terminal went away): no snapshot
-            listener.on_snapshot(self._snapshot(timeline))
+        if listener is None and self.metrics is None:
+            return  # nobody looks (the terminal went away): no snapshot
+        snapshot = self._snapshot(timeline)
+        if self.metrics is not None:
+            self.metrics.latest = snapshot
+        if listener is not None:
+            listener.on_snapshot(snapshot)

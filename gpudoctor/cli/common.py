@@ -18,9 +18,11 @@ from gpudoctor.output_log import DEFAULT_MAX_MB
 
 if TYPE_CHECKING:
     from gpudoctor.app.follow import Follower
-    from gpudoctor.jobs import JobSource
+    from gpudoctor.jobs import JobSource, OnTick
+    from gpudoctor.metrics import RunCollector
     from gpudoctor.output_log import OutputLog
     from gpudoctor.store import Store
+    from gpudoctor.timeline import Timeline
     from gpudoctor.tui.app import LiveApp
 
 USAGE_ERROR = 2
@@ -179,3 +181,30 @@ def follow_in_tui(follower: Follower, lang: str, viewing: int | None = None) -> 
     if live.hung_up or follower.ended:
         follower.join()
     return live
+
+
+def serve_metrics(args: argparse.Namespace, name: str) -> RunCollector | None:
+    """`--metrics [HOST:]PORT`: started before the job (a port in use is one line and
+    exit 2, with nothing launched); None when not asked."""
+    if not getattr(args, "metrics", None):
+        return None
+    from gpudoctor.metrics import MetricsError, serve
+
+    try:
+        return serve(args.metrics)
+    except MetricsError as exc:
+        raise UsageError(f"gpudoctor {name}: {exc}") from None
+
+
+def with_metrics(on_tick: OnTick, collector: RunCollector | None, source: JobSource) -> OnTick:
+    """The headless tick: the status line, and the snapshot --metrics serves."""
+    if collector is None:
+        return on_tick
+
+    def tick(timeline: Timeline) -> None:
+        from gpudoctor.snapshot import take
+
+        collector.latest = take(timeline, source.job_pid)
+        on_tick(timeline)
+
+    return tick

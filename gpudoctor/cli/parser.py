@@ -61,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="in the TUI the job's output goes to a log file; past MB it is moved to "
         f"LOG.1 and begun again (default {DEFAULT_MAX_MB})",
     )  # fmt: skip
+    run.add_argument("--metrics", metavar="[HOST:]PORT", help=METRICS_HELP)
     run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
 
     watch = add("watch", "attach to a running job (no code injected; it is never stopped)")
@@ -82,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     watch.add_argument(
         "--lang", choices=("en", "zh"), default=None, help="language of the remedies"
     )
+    watch.add_argument("--metrics", metavar="[HOST:]PORT", help=METRICS_HELP)
 
     trial = add("trial", "A/B: the job as it is, then with a remedy applied; the measured speedup")
     trial.add_argument(
@@ -156,6 +158,12 @@ def build_parser() -> argparse.ArgumentParser:
     remedies = add("remedies", "print the remedy catalogue")
     remedies.add_argument("--lang", choices=("en", "zh"), default=None)
     return parser
+
+
+METRICS_HELP = (
+    "serve OpenMetrics for Prometheus while it runs (HOST defaults to 127.0.0.1): step "
+    "time, data wait, comm wait, samples/s per rank, GPU util and memory, findings"
+)
 
 
 def _positive_int(text: str) -> int:

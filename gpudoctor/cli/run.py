@@ -10,6 +10,7 @@ import signal
 import sys
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from gpudoctor.app import errors
 from gpudoctor.app import run as running
@@ -23,12 +24,17 @@ from gpudoctor.cli.common import (
     open_log,
     open_store,
     report_path,
+    serve_metrics,
     survives_hangup,
+    with_metrics,
     write_file,
 )
 from gpudoctor.jobs import LaunchedJob, LaunchError
 from gpudoctor.store import Store
 from gpudoctor.timeline import Timeline
+
+if TYPE_CHECKING:  # --metrics loads prometheus_client only when asked
+    from gpudoctor.metrics import RunCollector
 
 
 def command(args: argparse.Namespace) -> int:
@@ -48,9 +54,10 @@ def command(args: argparse.Namespace) -> int:
     if not headless and not on_terminal():
         print("gpudoctor: no terminal for the TUI: running headless.", file=sys.stderr)
         headless = True
+    metrics = serve_metrics(args, "run")
     store = open_store(args)
     if not headless:
-        return in_tui(request, args, store)
+        return in_tui(request, args, store, metrics)
     try:
         job = running.launch(request, store)
     except LaunchError as exc:
@@ -59,7 +66,8 @@ def command(args: argparse.Namespace) -> int:
         return exc.exit_code
     try:
         with ctrl_c_reaches_the_job(job), survives_hangup(job):
-            result = running.follow(job, store, lang_of(args), on_tick=print_status)
+            on_tick = with_metrics(print_status, metrics, job)
+            result = running.follow(job, store, lang_of(args), on_tick=on_tick)
     finally:
         job.close()
         store.close()
@@ -127,7 +135,12 @@ def terminal_delivered() -> bool:
         return False
 
 
-def in_tui(request: running.RunRequest, args: argparse.Namespace, store: Store) -> int:
+def in_tui(
+    request: running.RunRequest,
+    args: argparse.Namespace,
+    store: Store,
+    metrics: RunCollector | None = None,
+) -> int:
     """The job in its own session, its output in a capped log file beside the store;
     the app follows it. The report is built and kept as headless; when the terminal
     goes away, the doctor records on, headless, and concludes at the job's end."""
@@ -144,7 +157,7 @@ def in_tui(request: running.RunRequest, args: argparse.Namespace, store: Store) 
         print(f"gpudoctor: {exc}", file=sys.stderr)
         return exc.exit_code
     try:
-        live = follow_in_tui(Follower(job, TerminalView(log.path)), lang)
+        live = follow_in_tui(Follower(job, TerminalView(log.path), metrics), lang)
     finally:
         log.close()
     if job.timeline.exit is None:

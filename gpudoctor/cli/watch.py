@@ -8,6 +8,7 @@ import signal
 import sys
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from gpudoctor.app import errors
 from gpudoctor.app import run as running
@@ -19,13 +20,18 @@ from gpudoctor.cli.common import (
     on_terminal,
     open_store,
     report_path,
+    serve_metrics,
     survives_hangup,
+    with_metrics,
 )
 from gpudoctor.cli.run import print_status, show
 from gpudoctor.jobs import WatchedJob
 from gpudoctor.redact import redact_argv
 from gpudoctor.sources.nvml import NvmlReader
 from gpudoctor.store import Store
+
+if TYPE_CHECKING:  # --metrics loads prometheus_client only when asked
+    from gpudoctor.metrics import RunCollector
 
 
 def command(args: argparse.Namespace) -> int:
@@ -37,6 +43,7 @@ def command(args: argparse.Namespace) -> int:
         target = running.check_watch(args.pid, nvml, headless)
     except errors.NotPossible as exc:
         raise UsageError(f"gpudoctor watch: {exc}") from None
+    metrics = serve_metrics(args, "watch")
     store = open_store(args)
     if headless and not args.headless:
         print("gpudoctor: no terminal for the TUI: watching headless.", file=sys.stderr)
@@ -46,7 +53,7 @@ def command(args: argparse.Namespace) -> int:
         store.close()
         raise UsageError(f"gpudoctor watch: {exc}") from None
     if not headless:
-        return in_tui(job, store, lang, path, target)
+        return in_tui(job, store, lang, path, target, metrics)
     print(
         f"gpudoctor: watching pid {target.pid} ({' '.join(redact_argv(target.command))[:80]}); "
         "Ctrl-C leaves it running",
@@ -59,7 +66,8 @@ def command(args: argparse.Namespace) -> int:
     previous = {s: signal.signal(s, leave) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         with survives_hangup(job):
-            result = running.follow(job, store, lang, on_tick=print_status)
+            on_tick = with_metrics(print_status, metrics, job)
+            result = running.follow(job, store, lang, on_tick=on_tick)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -69,12 +77,17 @@ def command(args: argparse.Namespace) -> int:
 
 
 def in_tui(
-    job: WatchedJob, store: Store, lang: str, path: Path | None, target: running.WatchTarget
+    job: WatchedJob,
+    store: Store,
+    lang: str,
+    path: Path | None,
+    target: running.WatchTarget,
+    metrics: RunCollector | None = None,
 ) -> int:
     from gpudoctor.app.follow import Follower
 
     try:
-        follow_in_tui(Follower(job), lang)
+        follow_in_tui(Follower(job, metrics=metrics), lang)
     finally:
         job.close()
     if job.timeline.exit is None:

@@ -1,0 +1,133 @@
+"""`--metrics [HOST:]PORT`: the run as OpenMetrics, for Prometheus to scrape.
+
+prometheus_client serves it (its own HTTP server, in its own thread); what it serves is
+read at scrape time from the latest snapshot the doctor's loop handed over (an
+immutable value: the scrape never touches the timeline the loop is writing).
+
+Names follow Prometheus' conventions (base units, `_seconds`, `_ratio`, `_bytes`) and
+sit beside NVIDIA's DCGM exporter: the GPU series carry the same `gpu` (index) and
+`UUID` labels as DCGM_FI_DEV_GPU_UTIL and DCGM_FI_DEV_FB_USED, so the two join on them.
+The ranks' series carry `rank` and `pid`; a process without a rank is rank "".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from gpudoctor.snapshot import Snapshot
+
+DEFAULT_HOST = "127.0.0.1"  # off the network unless asked: --metrics 0.0.0.0:PORT
+
+
+class MetricsError(Exception):
+    """--metrics cannot be served; the message is one line for the user."""
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """`PORT` or `HOST:PORT` (HOST defaults to 127.0.0.1); MetricsError when not."""
+    host, _, port = text.rpartition(":")
+    host = host.strip("[]") or DEFAULT_HOST
+    try:
+        number = int(port)
+    except ValueError:
+        raise MetricsError(f"--metrics wants [HOST:]PORT, not {text!r}") from None
+    if not 0 < number < 65536:
+        raise MetricsError(f"--metrics: no such port: {number}")
+    return host, number
+
+
+class RunCollector(Collector):
+    def __init__(self) -> None:
+        self.latest: Snapshot | None = None  # swapped whole by the loop's thread
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        s = self.latest
+        if s is None:
+            return
+        yield from _steps(s)
+        yield from _gpus(s)
+        findings = GaugeMetricFamily(
+            "gpudoctor_finding_estimated_gain_ratio",
+            "A current finding: the share of step time its remedies could win back",
+            labels=["id", "severity"],
+        )
+        for f in s.findings:
+            findings.add_metric([f.id, f.severity], f.estimated_gain or 0.0)
+        yield findings
+
+
+def _steps(s: Snapshot) -> Iterator[GaugeMetricFamily]:
+    labels = ["rank", "pid"]
+    step = GaugeMetricFamily(
+        "gpudoctor_step_seconds", "Training step time (recent steps)",
+        labels=[*labels, "quantile"],
+    )  # fmt: skip
+    wait = GaugeMetricFamily(
+        "gpudoctor_data_wait_ratio", "Share of step time waiting for input", labels=labels
+    )
+    comm = GaugeMetricFamily(
+        "gpudoctor_comm_wait_seconds",
+        "Time a step waits for the other ranks in collectives",
+        labels=labels,
+    )
+    own = GaugeMetricFamily(
+        "gpudoctor_own_work_seconds",
+        "A step's time less its wait for the other ranks",
+        labels=labels,
+    )
+    rate = GaugeMetricFamily(
+        "gpudoctor_samples_per_second", "Training samples a second", labels=labels
+    )
+    steps = GaugeMetricFamily("gpudoctor_steps", "Steps counted so far", labels=labels)
+    if s.ranks:
+        for r in s.ranks:
+            key = [str(r.rank) if r.rank is not None else "", str(r.pid)]
+            step.add_metric([*key, "0.5"], r.median_ms / 1e3)
+            step.add_metric([*key, "0.9"], r.p90_ms / 1e3)
+            wait.add_metric(key, r.data_wait_fraction)
+            comm.add_metric(key, r.comm_wait_ms / 1e3)
+            own.add_metric(key, r.own_ms / 1e3)
+            if r.samples_per_s is not None:
+                rate.add_metric(key, r.samples_per_s)
+            steps.add_metric(key, r.steps)
+    elif s.step_p50_ms is not None:
+        key = [str(s.facts.get("rank", "")), str(s.job_pid or "")]
+        step.add_metric([*key, "0.5"], s.step_p50_ms / 1e3)
+        if s.step_p90_ms is not None:
+            step.add_metric([*key, "0.9"], s.step_p90_ms / 1e3)
+        if s.data_wait_fraction is not None:
+            wait.add_metric(key, s.data_wait_fraction)
+        if s.samples_per_s is not None:
+            rate.add_metric(key, s.samples_per_s)
+        steps.add_metric(key, s.steps_total)
+    yield from (step, wait, comm, own, rate, steps)
+
+
+def _gpus(s: Snapshot) -> Iterator[GaugeMetricFamily]:
+    labels = ["gpu", "UUID", "modelName"]  # as DCGM's exporter labels its series
+    util = GaugeMetricFamily("gpudoctor_gpu_utilization_ratio", "GPU utilisation", labels=labels)
+    used = GaugeMetricFamily("gpudoctor_gpu_memory_used_bytes", "GPU memory used", labels=labels)
+    for g in s.gpus:
+        key = [str(g.index), g.uuid or "", g.name or ""]
+        if g.util_gpu_pct is not None:
+            util.add_metric(key, g.util_gpu_pct / 100)
+        if g.mem_used_bytes is not None:
+            used.add_metric(key, g.mem_used_bytes)
+    yield from (util, used)
+
+
+def serve(address: str) -> RunCollector:
+    """Start serving (a thread of prometheus_client's); MetricsError in one line."""
+    host, port = parse_address(address)
+    registry = CollectorRegistry()
+    collector = RunCollector()
+    registry.register(collector)
+    try:
+        start_http_server(port, host, registry=registry)
+    except OSError as exc:
+        raise MetricsError(f"cannot serve --metrics on {host}:{port}: {exc.strerror}") from None
+    return collector
