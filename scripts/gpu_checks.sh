@@ -25,6 +25,11 @@ doctor() { timeout 120 $py -m gpudoctor --store "$out/res/sessions.db" run --hea
   doctor --report "$out/res/dataloader_bound.json" -- $py sample_jobs/dataloader_bound.py --device cuda --seconds 10
   doctor --report "$out/res/out_of_memory.json" -- $py sample_jobs/out_of_memory.py --device cuda
   doctor --report "$out/res/eval.json" -- $py sample_jobs/eval_without_no_grad.py --device cuda --seconds 8
+  # two ranks on the GPU(s): NCCL when each rank has a GPU of its own, else gloo with
+  # CUDA tensors; with NCCL the all-reduce is asynchronous to the host, so where the
+  # fast ranks' wait shows (backward, or the next sync) is what this run is for
+  doctor --report "$out/res/ddp_straggler.json" -- "$(dirname "$(command -v $py)")/torchrun" \
+    --standalone --nproc_per_node 2 sample_jobs/ddp_straggler.py --device cuda
   $py -m pytest -p no:cacheprovider -q -m gpu tests/test_gpu.py 2>&1 | tail -20
   date
 } > "$out/gpu.log" 2>&1

@@ -34,6 +34,7 @@ class RankMeasure:
     p90_ms: float
     samples_per_s: float | None
     data_wait_fraction: float
+    uses_dataloader: bool  # else its "data" is the host time before each forward
     # medians over the steps measured in detail, in ms
     parts_ms: dict[str, float]  # data, host, forward, backward, optimizer
     comm_wait_ms: float  # waiting for the other ranks (inside backward)
@@ -78,6 +79,7 @@ def rank_measures(w: Window, counted: dict[int, int] | None = None) -> list[Rank
                 p90_ms=percentile(walls, 90),
                 samples_per_s=one.samples_per_s,
                 data_wait_fraction=one.data_wait_fraction,
+                uses_dataloader=one.uses_dataloader,
                 parts_ms=parts[pid],
                 comm_wait_ms=parts[pid]["backward"] - fastest_backward,
                 own_ms=own[pid],

@@ -50,7 +50,7 @@ def evaluate(w: Window) -> Finding | None:
         evidence=(
             f"rank {_name(slow)} does {slow.own_ms:.1f} ms of its own work a step against "
             f"{middle:.1f} ms for the other {len(others)} (median), "
-            f"{slow.own_ms / middle:.2f}x, {extra:.1f} ms more in {PART_WORDS[part]}; "
+            f"{slow.own_ms / middle:.2f}x, {extra:.1f} ms more in {_words(part, slow)}; "
             f"{_names(others)} {waited:.1f} ms a step for it "
             f"({waited / step_ms:.0%} of the step); the job would run about "
             f"{faster:.2f}x as fast if it kept up."
@@ -72,6 +72,12 @@ def _where(slow: RankMeasure, others: list[RankMeasure]) -> tuple[str, float]:
 def _own_parts(r: RankMeasure) -> dict[str, float]:
     """A rank's parts with its wait for the others taken out of its backward."""
     return {**r.parts_ms, "backward": r.parts_ms["backward"] - r.comm_wait_ms}
+
+
+def _words(part: str, r: RankMeasure) -> str:
+    if part == "data" and not r.uses_dataloader:  # no DataLoader: the probe cannot tell
+        return "host code before the forward (preparing its data, or other work)"
+    return PART_WORDS[part]
 
 
 def _name(r: RankMeasure) -> str:
