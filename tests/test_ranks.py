@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PY, finding_ids, run_job
+from conftest import PY, SAMPLES, finding_ids, run_job
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -69,11 +69,41 @@ def test_the_rank_the_others_wait_for_is_named_with_its_cause(tmp_path: Path) ->
     assert "rank 0 waits" in evidence
 
 
-def test_a_balanced_job_has_no_straggler(tmp_path: Path) -> None:
-    report = ddp(tmp_path, "-1", "0")
-    assert len(report["ranks"]) == 2
-    assert "straggler" not in finding_ids(report)
-    assert all(r["score"] < 1.5 for r in report["ranks"])
+def test_a_balanced_job_with_real_compute_has_no_medium_or_high_finding(tmp_path: Path) -> None:
+    _, report = run_job(
+        tmp_path, TORCHRUN, "--standalone", "--nproc_per_node", "2",
+        str(SAMPLES / "ddp_straggler.py"), "--extra-ms", "0", "--batch-size", "2048",
+        "--steps", "120",
+    )  # fmt: skip
+    assert len(report["ranks"]) == 2 and all(r["score"] < 1.5 for r in report["ranks"])
+    assert [f["id"] for f in report["findings"] if f["severity"] in ("medium", "high")] == []
+
+
+COMM = """
+    import torch, torch.distributed as dist, torch.nn as nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    # 6M parameters and a batch of 2: the gradient all-reduce is most of every step
+    model = DDP(nn.Sequential(*[nn.Linear(1024, 1024) for _ in range(6)]))
+    opt = torch.optim.SGD(model.parameters(), lr=0.001)
+    for step in range(60):
+        loss = model(torch.randn(2, 1024)).square().mean()
+        opt.zero_grad(); loss.backward(); opt.step()
+    dist.barrier()
+    dist.destroy_process_group()
+"""
+
+
+def test_a_job_whose_all_reduce_dominates_is_comm_bound(tmp_path: Path) -> None:
+    script = tmp_path / "comm.py"
+    script.write_text(textwrap.dedent(COMM))
+    _, report = run_job(tmp_path, TORCHRUN, "--standalone", "--nproc_per_node", "2", str(script))
+    assert finding_ids(report)[0] == "comm-bound"
+    top = report["findings"][0]
+    assert top["severity"] == "high" and "straggler" not in finding_ids(report)
+    assert [r["id"] for r in top["remedies"]] == ["ddp-no-sync", "ddp-bf16-compress", "ddp-buckets"]
 
 
 def test_a_single_process_job_has_no_ranks(tmp_path: Path) -> None:

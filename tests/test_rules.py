@@ -9,6 +9,7 @@ from windows import JOB_PID, cuda_facts, gpus, host, oom_exit, steps, window
 from gpudoctor.diagnosis.engine import FINDING_IDS, RULES, diagnose
 from gpudoctor.diagnosis.remedies import CATALOGUE
 from gpudoctor.diagnosis.rules import (
+    comm_bound,
     cpu_saturated,
     cudnn_benchmark_off,
     data_parallel,
@@ -40,7 +41,7 @@ def test_every_design_finding_has_a_rule() -> None:
         "input-bound", "slow-storage", "cpu-saturated", "host-sync", "pageable-copies",
         "low-gpu-util", "small-batch", "no-mixed-precision", "out-of-memory", "memory-pressure",
         "not-compiled", "cudnn-benchmark-off", "grad-in-inference", "data-parallel",
-        "gpu-throttled", "straggler",
+        "gpu-throttled", "straggler", "comm-bound",
     }  # fmt: skip
     assert set(SIGNALS) == set(FINDING_IDS)
 
@@ -80,6 +81,7 @@ SIGNALS = {
         gpus=gpus(n=8, reasons=("hw-thermal",)) + gpus(n=12, t0=20 * 10**9)
     ),
     "straggler": lambda: ddp_window(slow_host_ms=12.0),
+    "comm-bound": lambda: ddp_window(shared_comm_ms=10.0),
 }
 
 
@@ -302,15 +304,15 @@ def test_gpu_throttled_over_ten_percent_of_samples() -> None:
     assert gpu_throttled.evaluate(window(gpus=idle_only)) is None
 
 
-def ddp_window(slow_host_ms: float = 0.0, ranks: int = 3) -> Window:
+def ddp_window(slow_host_ms: float = 0.0, ranks: int = 3, shared_comm_ms: float = 0.0) -> Window:
     """DDP as it looks from inside: every rank's step as long as the slowest's; rank 1
     does `slow_host_ms` of extra host work and the others wait that long in backward
-    (the gradient all-reduce)."""
-    wall = 9.0 + slow_host_ms
+    (the gradient all-reduce); `shared_comm_ms` of all-reduce all ranks wait in."""
+    wall = 9.0 + slow_host_ms + shared_comm_ms
     by_pid = {
         100 + r: steps(
             pid=100 + r, wall_ms=wall, loader_ms=1.0, forward_ms=3.0, optimizer_ms=1.0,
-            backward_ms=4.0 + (0.0 if r == 1 else slow_host_ms),
+            backward_ms=4.0 + shared_comm_ms + (0.0 if r == 1 else slow_host_ms),
         )
         for r in range(ranks)
     }  # fmt: skip
@@ -344,3 +346,13 @@ def test_findings_rank_by_severity_then_gain() -> None:
     )
     mediums = [f for f in found if f.severity == "medium"]
     assert mediums[0].id == "input-bound"  # it has an estimated gain, the others none
+
+
+def test_comm_bound_when_every_rank_waits_in_the_collectives_together() -> None:
+    finding = comm_bound.evaluate(ddp_window(shared_comm_ms=10.0))
+    assert finding is not None and finding.severity == "medium"  # high from half the step
+    # backward 14 ms, twice the 3 ms forward is compute: 8 ms of a 19 ms step
+    assert finding.evidence.startswith("about 8.0 ms of a 19.0 ms step (42%)")
+    assert comm_bound.evaluate(ddp_window()) is None  # balanced, little communication
+    assert comm_bound.evaluate(ddp_window(slow_host_ms=12.0)) is None  # a straggler's wait
+    assert straggler.evaluate(ddp_window(shared_comm_ms=10.0)) is None

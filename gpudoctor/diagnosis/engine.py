@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from gpudoctor.diagnosis.rules import (
+    comm_bound,
     cpu_saturated,
     cudnn_benchmark_off,
     data_parallel,
@@ -42,6 +43,7 @@ RULES = (
     data_parallel,
     gpu_throttled,
     straggler,
+    comm_bound,
 )
 
 FINDING_IDS = tuple(rule.ID for rule in RULES)

@@ -272,6 +272,55 @@ CATALOGUE: dict[str, Remedy] = {
             "with torch.no_grad():\n    out = model(x)",
         ),
         _r(
+            "ddp-no-sync",
+            "grad-accum",
+            (
+                "Accumulate gradients without an all-reduce each micro-step",
+                "梯度累积时跳过中间步骤的 all-reduce",
+            ),
+            (
+                "Under DDP every backward all-reduces the gradients. Accumulating over "
+                "several micro-batches inside model.no_sync() reduces once per optimizer "
+                "step: the same effective batch, a fraction of the communication.",
+                "DDP 每次 backward 都会 all-reduce 梯度。在 model.no_sync() 中累积若干个"
+                "微批次，每次 optimizer.step() 只同步一次：等效批大小不变，通信量成倍减少。",
+            ),
+            "for i, (x, y) in enumerate(loader):\n"
+            "    ctx = model.no_sync() if (i + 1) % accum else contextlib.nullcontext()\n"
+            "    with ctx:\n        (criterion(model(x), y) / accum).backward()\n"
+            "    if (i + 1) % accum == 0:\n        optimizer.step(); optimizer.zero_grad()",
+            flags=("--grad-accum", "--gradient-accumulation-steps", "--accum-steps"),
+        ),
+        _r(
+            "ddp-buckets",
+            "multi-gpu",
+            ("Larger gradient buckets", "增大梯度桶"),
+            (
+                "DDP all-reduces gradients in buckets of bucket_cap_mb (25 MB by default) "
+                "as backward produces them; larger buckets mean fewer, better-used "
+                "collectives, and gradient_as_bucket_view saves a copy.",
+                "DDP 按 bucket_cap_mb（默认 25 MB）分桶、边反向边 all-reduce；更大的桶意味着"
+                "更少、更高效的集合通信，gradient_as_bucket_view 还能省去一次拷贝。",
+            ),
+            "model = DDP(model, device_ids=[local_rank], bucket_cap_mb=100,\n"
+            "            gradient_as_bucket_view=True)",
+            beyond_guide=True,
+        ),
+        _r(
+            "ddp-bf16-compress",
+            "multi-gpu",
+            ("Send gradients in bf16", "以 bf16 传输梯度"),
+            (
+                "A communication hook halves the bytes each all-reduce moves: gradients "
+                "are cast to bf16 for the collective and back afterwards.",
+                "通信钩子让每次 all-reduce 传输的数据量减半：梯度在集合通信前转为 bf16，"
+                "之后再转回。",
+            ),
+            "from torch.distributed.algorithms.ddp_comm_hooks import default_hooks\n"
+            "model.register_comm_hook(None, default_hooks.bf16_compress_hook)",
+            beyond_guide=True,
+        ),
+        _r(
             "ddp",
             "multi-gpu",
             ("Use DistributedDataParallel", "改用 DistributedDataParallel"),

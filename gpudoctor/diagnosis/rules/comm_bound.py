@@ -1,0 +1,54 @@
+"""comm-bound: the ranks spend much of each step in collectives they all wait in.
+
+A wait all ranks share leaves no rank waiting for another (diagnosis/ranks.py sees
+none), but it makes backward long on every rank: the gradient all-reduce that does not
+overlap with backward's compute. Backward's compute is about twice the forward's
+(Kaplan et al. 2020, "Scaling Laws for Neural Language Models": training costs about
+6N FLOPs a token, 2N forward and 4N backward), so what a rank's backward takes beyond
+twice its forward, less its wait for the others, is the collectives' own time.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from gpudoctor.diagnosis.ranks import RankMeasure, rank_measures
+from gpudoctor.diagnosis.window import Window
+from gpudoctor.model import Finding
+
+BACKWARD_PER_FORWARD = 2.0  # Kaplan et al. 2020 (above)
+# No published anchor: the share of the step the shared collectives take before the
+# doctor calls the job communication-bound (high from HIGH_SHARE). This project's choice.
+SHARE = 0.3
+HIGH_SHARE = 0.5
+
+ID = "comm-bound"
+
+
+def shared_comm_ms(r: RankMeasure) -> float:
+    """A rank's backward beyond its compute and its wait for others: collectives' time."""
+    parts = r.parts_ms
+    return max(0.0, parts["backward"] - r.comm_wait_ms - BACKWARD_PER_FORWARD * parts["forward"])
+
+
+def evaluate(w: Window) -> Finding | None:
+    ranks = rank_measures(w)
+    if len(ranks) < 2:
+        return None
+    comm = statistics.median(shared_comm_ms(r) for r in ranks)
+    step = statistics.median(r.median_ms for r in ranks)
+    if step <= 0 or comm < SHARE * step:
+        return None
+    share = comm / step
+    return Finding(
+        id=ID,
+        severity="high" if share >= HIGH_SHARE else "medium",
+        title="The ranks spend much of each step communicating",
+        evidence=(
+            f"about {comm:.1f} ms of a {step:.1f} ms step ({share:.0%}) goes to collectives "
+            f"all {len(ranks)} ranks wait in together (backward beyond twice the forward's "
+            "compute), not to computing."
+        ),
+        remedies=("ddp-no-sync", "ddp-bf16-compress", "ddp-buckets"),
+        estimated_gain=round(share, 3),
+    )
