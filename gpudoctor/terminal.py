@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pyte
-from pyte.screens import Char
+if TYPE_CHECKING:  # pyte itself is loaded at the first read, after the first frame
+    import pyte
+    from pyte.screens import Char
 
 Segment = tuple[str, str]  # text, Rich style ("" for plain)
 OutputLine = tuple[Segment, ...]
@@ -38,17 +40,23 @@ class TerminalView:
         self.columns = columns
         self.lines = lines
         self.offset = 0
-        self._start()
+        self.screen: pyte.Screen | None = None
+        self.stream: pyte.ByteStream | None = None
+        self._rows: dict[int, OutputLine] = {}
 
     def _start(self) -> None:
+        import pyte
+
         self.screen = pyte.Screen(self.columns, self.lines)
         # a log file holds "\n" where a terminal's line discipline made "\r\n"
         self.screen.set_mode(pyte.modes.LNM)
         self.stream = pyte.ByteStream(self.screen)
-        self._rows: dict[int, OutputLine] = {}
+        self._rows = {}
 
     def read(self) -> tuple[OutputLine, ...]:
         """The screen after the output written since the last read."""
+        if self.screen is None:
+            self._start()
         try:
             with self.path.open("rb") as f:
                 size = os.fstat(f.fileno()).st_size
@@ -61,13 +69,15 @@ class TerminalView:
                 data = f.read(size - self.offset)
         except OSError:
             data = b""
-        if data:
+        if data and self.stream is not None:
             self.offset += len(data)
             self.stream.feed(data)
         return self._render()
 
     def _render(self) -> tuple[OutputLine, ...]:
         screen = self.screen
+        if screen is None:
+            return ()
         for y in screen.dirty:
             self._rows[y] = _line(screen.buffer[y], screen.columns)
         screen.dirty.clear()
