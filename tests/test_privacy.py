@@ -219,6 +219,7 @@ def test_a_run_with_secrets_shows_none_and_its_rerun_still_has_them(tmp_path: Pa
         assert "s3cr3t-v4lue" not in text, text
     assert "--api-key ***" in shown[2]  # the Markdown report shows where it was masked
     assert json.loads(report.read_text())["command"][-2:] == ["--api-key", MASK]
+    assert any("are shown as ***" in n for n in json.loads(report.read_text())["notes"])
     # the screens: the snapshot the TUI draws, its command and the job's output
     store = Path(os.environ["GPUDOCTOR_STORE"])
     with sqlite3.connect(store) as db:

@@ -104,7 +104,7 @@ def build(timeline: Timeline, session_id: int | None, lang: str = "en") -> Repor
         ),
         # torch.profiler's top operators, when asked
         profile=Profile.of(profile) if profile else None,
-        notes=tuple(_notes(timeline, window)),
+        notes=tuple(_notes(timeline, window) + _masked_note(timeline, facts)),
         doctor=_doctor(timeline),
         ranks=tuple(_rank(m) for m in rank_measures(window, counts)),
     )
@@ -326,6 +326,19 @@ def _host(w: Window) -> HostSummary | None:
         net_tx_mean_bytes_per_s=round(statistics.fmean(h.net_tx_bytes_per_s for h in hosts)),
         samples=len(hosts),
     )
+
+
+def _masked_note(timeline: Timeline, facts: dict[str, Any]) -> list[str]:
+    """Say so when this report masked secrets (it is the form that may be shared)."""
+    audited = {k: facts[k] for k in AUDIT_KEYS if k in facts}
+    if redact_argv(timeline.command) == list(timeline.command) and (
+        redact_facts(audited) == audited
+    ):
+        return []
+    return [
+        "Secrets in the command line or the options the job parsed are shown as *** "
+        "(the session store keeps them as they ran, readable by its owner only)."
+    ]
 
 
 def _notes(timeline: Timeline, w: Window) -> list[str]:
