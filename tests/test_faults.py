@@ -7,6 +7,7 @@ cases (SIGHUP, a full store under the TUI) are in tmux, and end with the termina
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -87,7 +88,16 @@ def test_sigkill_of_the_doctor_leaves_the_job_and_history_shows_its_steps(tmp_pa
     doctor_proc = start(tmp_path, PY, str(script), "160", "0.02")
     job_process = the_job(doctor_proc)
     wait_for_line(tmp_path / "out.txt", "step 48 ")
-    time.sleep(1.5)  # a tick or so: the counter pages recorded
+    recorded = 0  # until the record has reached step 48 (a tick or more behind the job)
+    deadline = time.monotonic() + 60
+    while recorded < 48:
+        assert time.monotonic() < deadline, f"the record stayed at {recorded} steps"
+        time.sleep(0.2)
+        with contextlib.closing(sqlite3.connect(os.environ["GPUDOCTOR_STORE"])) as db:
+            (top,) = db.execute(
+                "SELECT MAX(json_extract(data, '$.steps')) FROM records WHERE kind='page'"
+            ).fetchone()
+        recorded = int(top or 0)
     doctor_proc.send_signal(signal.SIGKILL)
     doctor_proc.wait()
     wait_gone(job_process)
