@@ -73,8 +73,9 @@ def test_a_doctor_stopped_for_10_s_keeps_every_count_and_says_so(tmp_path: Path)
     report = report_of(tmp_path)
     assert report["steps"]["count"] == 3000
     stalls = report["doctor"]["stalls"]
-    # counted from when the doctor meant to wake (up to an interval into the stop)
-    assert len(stalls) == 1 and 8.5 <= stalls[0]["seconds"] <= 10.5, stalls
+    # counted from when the doctor meant to wake (up to an interval into the stop); a
+    # busy machine may starve the doctor a second or more at other times too
+    assert [s for s in stalls if 8.5 <= s["seconds"] <= 10.5] and len(stalls) <= 3, stalls
     lost = report["probe"]["lost_step_timings"]
     if lost:  # a busy machine may leave the probe behind: then it is counted and said
         assert any(f"{lost} step timings" in n for n in report["notes"])

@@ -136,7 +136,9 @@ def test_a_stopped_doctor_never_blocks_the_job_and_the_count_stays_exact(tmp_pat
     assert report["steps"]["count"] == 3000
     lost = report["probe"]["lost_step_timings"]
     assert lost > 0 and any(f"{lost} step timings never reached" in n for n in report["notes"])
-    assert len(report["doctor"]["stalls"]) == 1
+    # the stop is one stall; on a busy machine the doctor may be starved a second or
+    # more at other times too, and says so
+    assert report["doctor"]["stalls"] and max(s["seconds"] for s in report["doctor"]["stalls"]) > 1
     assert any("The doctor was stalled" in n for n in report["notes"])
 
 
