@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudoctor.diagnosis.engine import diagnose
-from gpudoctor.diagnosis.ranks import RankMeasure, rank_measures
+from gpudoctor.diagnosis.ranks import RankMeasure
 from gpudoctor.diagnosis.window import percentile
 from gpudoctor.model import Finding, GpuSample, HostSample, JobExit
 from gpudoctor.redact import redact_argv, redact_text
@@ -106,7 +106,7 @@ def take(
         mode=timeline.mode,
         stack_samples=w.stack_total,
         store_trouble=timeline.store_trouble() if until_ns is None else None,
-        ranks=tuple(rank_measures(w)) if len(w.steps_by_pid) > 1 else (),
+        ranks=w.ranks,
     )
 
 

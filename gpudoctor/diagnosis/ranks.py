@@ -29,7 +29,7 @@ class RankMeasure:
     pid: int
     rank: int | None  # RANK as the launcher set it (None: a process without one)
     local_rank: int | None
-    steps: int  # counted
+    steps: int  # the steps seen (the report: each process's exact count)
     median_ms: float
     p90_ms: float
     samples_per_s: float | None
@@ -42,7 +42,7 @@ class RankMeasure:
     score: float  # own work against the fastest rank's (1.0: the fastest)
 
 
-def rank_measures(w: Window, counted: dict[int, int] | None = None) -> list[RankMeasure]:
+def rank_measures(w: Window) -> list[RankMeasure]:
     """Each stepping process with a rank (two or more of them), by rank; [] otherwise."""
     ranked = {
         pid: steps
@@ -74,7 +74,7 @@ def rank_measures(w: Window, counted: dict[int, int] | None = None) -> list[Rank
                 pid=pid,
                 rank=_int(facts.get("rank")),
                 local_rank=_int(facts.get("local_rank")),
-                steps=(counted or {}).get(pid, len(ranked[pid])),
+                steps=len(ranked[pid]),  # the rows seen; the report puts in exact counts
                 median_ms=statistics.median(walls),
                 p90_ms=percentile(walls, 90),
                 samples_per_s=one.samples_per_s,

@@ -9,9 +9,12 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpudoctor.model import COUNTER_NAMES, GpuSample, HostSample, JobExit, StackChunk, StepRecord
+
+if TYPE_CHECKING:
+    from gpudoctor.diagnosis.ranks import RankMeasure
 
 # Steps before this are warm-up (allocator growth, cuDNN autotuning, worker start-up,
 # compilation): excluded from the step measures. Whole runs shorter than
@@ -95,6 +98,14 @@ class Window:
         if steps and steps[0].number >= WARMUP_STEPS:
             return steps
         return steps[len(steps) // 2 :]
+
+    @cached_property
+    def ranks(self) -> tuple[RankMeasure, ...]:
+        """A distributed job's ranks, each measured on its own (diagnosis/ranks.py);
+        measured once per window for the rules, the screen and the report."""
+        from gpudoctor.diagnosis.ranks import rank_measures  # it builds Windows itself
+
+        return tuple(rank_measures(self))
 
     @cached_property
     def detailed_steps(self) -> tuple[StepRecord, ...]:

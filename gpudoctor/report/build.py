@@ -8,7 +8,7 @@ import statistics
 from typing import Any
 
 from gpudoctor.diagnosis.engine import diagnose
-from gpudoctor.diagnosis.ranks import RankMeasure, rank_measures
+from gpudoctor.diagnosis.ranks import RankMeasure
 from gpudoctor.diagnosis.remedies import CATALOGUE
 from gpudoctor.diagnosis.window import Window, percentile
 from gpudoctor.model import Finding
@@ -106,18 +106,18 @@ def build(timeline: Timeline, session_id: int | None, lang: str = "en") -> Repor
         profile=Profile.of(profile) if profile else None,
         notes=tuple(_notes(timeline, window) + _masked_note(timeline, facts)),
         doctor=_doctor(timeline),
-        ranks=tuple(_rank(m) for m in rank_measures(window, counts)),
+        ranks=tuple(_rank(m, counts.get(m.pid, m.steps)) for m in window.ranks),
     )
 
 
-def _rank(m: RankMeasure) -> RankLine:
+def _rank(m: RankMeasure, count: int) -> RankLine:
     return RankLine(
         rank=m.rank,
         local_rank=m.local_rank,
         pid=m.pid,
         host=socket.gethostname(),  # one node's doctor sees its own node's ranks
         steps={
-            "count": m.steps,
+            "count": count,
             "median_ms": round(m.median_ms, 3),
             "p90_ms": round(m.p90_ms, 3),
             "samples_per_s": round(m.samples_per_s, 2) if m.samples_per_s else None,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import statistics
 
-from gpudoctor.diagnosis.ranks import RankMeasure, rank_measures
+from gpudoctor.diagnosis.ranks import RankMeasure
 from gpudoctor.diagnosis.window import Window
 from gpudoctor.model import Finding
 
@@ -32,7 +32,7 @@ def shared_comm_ms(r: RankMeasure) -> float:
 
 
 def evaluate(w: Window) -> Finding | None:
-    ranks = rank_measures(w)
+    ranks = w.ranks
     if len(ranks) < 2:
         return None
     comm = statistics.median(shared_comm_ms(r) for r in ranks)

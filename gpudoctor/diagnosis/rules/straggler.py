@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import statistics
 
-from gpudoctor.diagnosis.ranks import RankMeasure, rank_measures
+from gpudoctor.diagnosis.ranks import RankMeasure
 from gpudoctor.diagnosis.window import Window
 from gpudoctor.model import Finding
 
@@ -30,7 +30,7 @@ PART_WORDS = {
 
 
 def evaluate(w: Window) -> Finding | None:
-    ranks = rank_measures(w)
+    ranks = w.ranks
     if len(ranks) < 2:
         return None
     slow = max(ranks, key=lambda r: r.own_ms)
