@@ -65,6 +65,12 @@ AUDIT_KEYS = (
 )
 
 
+MASKED_NOTE = (
+    "Secrets in the command line or the options the job parsed are shown as *** "
+    "(the session store keeps them as they ran, readable by its owner only)."
+)
+
+
 def build(timeline: Timeline, session_id: int | None, lang: str = "en") -> Report:
     window = timeline.window()
     findings = diagnose(window)
@@ -73,12 +79,16 @@ def build(timeline: Timeline, session_id: int | None, lang: str = "en") -> Repor
     job_exit = timeline.exit
     counts = timeline.counted_steps()
     profile = facts.get("profile")
+    # for people: secrets masked (the store keeps the command as it ran)
+    audited = {k: facts[k] for k in AUDIT_KEYS if k in facts}
+    command, shown_facts = redact_argv(timeline.command), redact_facts(audited)
+    masked = command != list(timeline.command) or shown_facts != audited
     return Report(
         session=session_id,
         mode=timeline.mode,
         watched_pid=timeline.watched_pid,
         estimated=tuple(window.estimated_measures),
-        command=tuple(redact_argv(timeline.command)),  # the store keeps it raw
+        command=tuple(command),
         exit_code=job_exit.exit_code if job_exit else None,
         ended_by=job_exit.ended_by if job_exit else None,
         exception_type=job_exit.exception_type if job_exit else None,
@@ -90,7 +100,7 @@ def build(timeline: Timeline, session_id: int | None, lang: str = "en") -> Repor
         gpus=_gpus(window),
         gpu_status=_gpu_status(timeline),
         host=_host(window),
-        facts=redact_facts({k: facts[k] for k in AUDIT_KEYS if k in facts}),
+        facts=shown_facts,
         findings=tuple(_finding(f, facts, cores_allowed, lang) for f in findings),
         probe=ProbeInfo(
             processes=tuple(sorted(timeline.facts)),
@@ -104,7 +114,7 @@ def build(timeline: Timeline, session_id: int | None, lang: str = "en") -> Repor
         ),
         # torch.profiler's top operators, when asked
         profile=Profile.of(profile) if profile else None,
-        notes=tuple(_notes(timeline, window) + _masked_note(timeline, facts)),
+        notes=tuple(_notes(timeline, window) + ([MASKED_NOTE] if masked else [])),
         doctor=_doctor(timeline),
         ranks=tuple(_rank(m, counts.get(m.pid, m.steps)) for m in window.ranks),
     )
@@ -326,19 +336,6 @@ def _host(w: Window) -> HostSummary | None:
         net_tx_mean_bytes_per_s=round(statistics.fmean(h.net_tx_bytes_per_s for h in hosts)),
         samples=len(hosts),
     )
-
-
-def _masked_note(timeline: Timeline, facts: dict[str, Any]) -> list[str]:
-    """Say so when this report masked secrets (it is the form that may be shared)."""
-    audited = {k: facts[k] for k in AUDIT_KEYS if k in facts}
-    if redact_argv(timeline.command) == list(timeline.command) and (
-        redact_facts(audited) == audited
-    ):
-        return []
-    return [
-        "Secrets in the command line or the options the job parsed are shown as *** "
-        "(the session store keeps them as they ran, readable by its owner only)."
-    ]
 
 
 def _notes(timeline: Timeline, w: Window) -> list[str]:
