@@ -279,6 +279,8 @@ FLOOD = """
         loss = model(torch.randn(4, 8)).pow(2).mean()
         opt.zero_grad(); loss.backward(); opt.step(); steps += 1
         time.sleep(0.2)
+    sys.stdout.buffer.flush()
+    time.sleep(2.5)  # the doctor's next tick rotates the last flood away before this
     sys.stdout.buffer.write(f"done {steps}\\n".encode())
 """
 
