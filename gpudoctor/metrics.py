@@ -50,6 +50,7 @@ class RunCollector(Collector):
             return
         yield from _steps(s)
         yield from _gpus(s)
+        yield from _host(s)
         findings = GaugeMetricFamily(
             "gpudoctor_finding_estimated_gain_ratio",
             "A current finding: the share of step time its remedies could win back",
@@ -118,6 +119,32 @@ def _gpus(s: Snapshot) -> Iterator[GaugeMetricFamily]:
         if g.mem_used_bytes is not None:
             used.add_metric(key, g.mem_used_bytes)
     yield from (util, used)
+
+
+def _host(s: Snapshot) -> Iterator[GaugeMetricFamily]:
+    """The job's CPU and what others take of it (noisy-neighbour's signals)."""
+    h = s.host
+    if h is None:
+        return
+    job = GaugeMetricFamily(
+        "gpudoctor_job_cpu_cores", "Cores' worth of CPU the job's processes use"
+    )
+    job.add_metric([], h.job_cpu_cores)
+    yield job
+    if h.others_cpu_cores is not None:
+        others = GaugeMetricFamily(
+            "gpudoctor_others_cpu_cores",
+            "Cores busy with processes other than the job and the doctor (and steal)",
+        )
+        others.add_metric([], h.others_cpu_cores)
+        yield others
+    if h.job_run_delay_fraction is not None:
+        delay = GaugeMetricFamily(
+            "gpudoctor_job_run_delay_ratio",
+            "Share of the job's runnable time its threads waited for a core",
+        )
+        delay.add_metric([], h.job_run_delay_fraction)
+        yield delay
 
 
 def serve(address: str) -> RunCollector:

@@ -67,6 +67,17 @@ class ProcSample:
 
 
 @dataclass(frozen=True)
+class OtherProcess:
+    """A process outside the job that took CPU (noisy-neighbour names it)."""
+
+    pid: int
+    name: str
+    user: str | None
+    command: str
+    cpu_cores: float  # cores' worth of CPU since the previous scan
+
+
+@dataclass(frozen=True)
 class HostSample:
     t_mono_ns: int
     cpu_pct_per_core: tuple[float, ...]
@@ -82,6 +93,16 @@ class HostSample:
     net_tx_bytes_per_s: float
     cores_allowed: int
     job: tuple[ProcSample, ...] = ()
+    # CPU taken by everything but the job's tree and the doctor (other processes, and a
+    # hypervisor's steal), in cores; None where it was not measured (older records)
+    others_cpu_cores: float | None = None
+    # of the job's threads' runnable time, the part they waited for a core (schedstat)
+    job_run_delay_fraction: float | None = None
+    # of the time, the part the main processes' main threads were blocked (asleep, on a
+    # lock, a queue, I/O): neither on a core nor waiting for one (their mean)
+    main_blocked_fraction: float | None = None
+    steal_pct: float | None = None
+    others: tuple[OtherProcess, ...] = ()  # the busiest, when others took a core's quarter
 
     @property
     def cpu_pct(self) -> float:

@@ -20,7 +20,15 @@ from typing import Any
 
 import psutil
 
-from gpudoctor.model import GpuProcess, GpuSample, HostSample, JobExit, ProcSample, StackChunk
+from gpudoctor.model import (
+    GpuProcess,
+    GpuSample,
+    HostSample,
+    JobExit,
+    OtherProcess,
+    ProcSample,
+    StackChunk,
+)
 from gpudoctor.timeline import Timeline
 
 SCHEMA = """
@@ -413,6 +421,7 @@ def decode_host(d: dict[str, Any]) -> HostSample:
     d = dict(d)
     d["cpu_pct_per_core"] = tuple(d["cpu_pct_per_core"])
     d["job"] = tuple(ProcSample(**p) for p in d.get("job", ()))
+    d["others"] = tuple(OtherProcess(**p) for p in d.get("others", ()))
     return HostSample(**d)
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +30,26 @@ def _private_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No test writes to the user's own session store."""
     monkeypatch.setenv("GPUDOCTOR_STORE", str(tmp_path / "sessions.db"))
     monkeypatch.delenv("GPUDOCTOR_SOCKET", raising=False)
+
+
+@contextlib.contextmanager
+def busy_neighbours(n: int = 2) -> Iterator[list[int]]:
+    """`n` processes outside the job that keep a core busy each (another user's job on a
+    shared server: not a child of the test or of the doctor), their pids; killed on the
+    way out."""
+    pids = []
+    try:
+        for _ in range(n):
+            shell = subprocess.run(
+                ["sh", "-c", f"'{sys.executable}' -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
+                capture_output=True, text=True, check=True,
+            )  # fmt: skip
+            pids.append(int(shell.stdout))
+        yield pids
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def doctor(*args: str, timeout: float = 120, **kwargs: Any) -> subprocess.CompletedProcess[str]:

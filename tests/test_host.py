@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
+from conftest import busy_neighbours
 
 from gpudoctor.sources.host import HostReader, newest_pid
 
@@ -101,3 +102,43 @@ def test_job_tree_follows_children(job: tuple[subprocess.Popen[str], Ask]) -> No
     # the shell ends: its sleep is reparented away from the job
     gone(shell)
     assert tree(reader) == {proc.pid}
+
+
+# the job: a process and its child, each keeping a core busy (a 2-core machine's worth)
+BUSY_JOB = """
+import os
+os.fork()
+while True:
+    pass
+"""
+
+
+def test_the_reader_sees_the_job_wait_for_cores_others_take_and_names_them() -> None:
+    """Two busy processes outside the job on this 2-core machine: the job's threads wait
+    for a core (the kernel's run-queue delay) and the reader names who keeps them busy.
+    Whatever else runs on the machine only adds to both."""
+    job = subprocess.Popen([sys.executable, "-c", BUSY_JOB], start_new_session=True)
+    try:
+        with busy_neighbours(2) as burners:
+            reader = HostReader(job.pid)
+            samples = []
+            for _ in range(8):  # the busiest are named from the second scan, 5 s apart
+                time.sleep(1.0)
+                samples.append(reader.read())
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+    late = samples[1:]
+    assert all(len(s.job) == 2 for s in late)
+    delays = sorted(s.job_run_delay_fraction or 0.0 for s in late)
+    # four busy processes on two cores: each waits about half the time it could run
+    assert delays[len(delays) // 2] > 0.25, delays
+    assert all((s.others_cpu_cores or 0.0) >= 0.5 for s in late), [s.others_cpu_cores for s in late]
+    named = {o.pid for o in samples[-1].others}
+    assert set(burners) <= named, (burners, samples[-1].others)
+    assert job.pid not in named and os.getpid() not in named
+    assert all(
+        o.cpu_cores > 0.2 and o.name.startswith("python")
+        for o in samples[-1].others
+        if o.pid in burners
+    )

@@ -86,7 +86,8 @@ def test_prometheus_scrapes_each_ranks_step_time(tmp_path: Path) -> None:
         families = {f.name for f in text_string_to_metric_families(get(f"http://127.0.0.1:{port}"))}
         assert {"gpudoctor_step_seconds", "gpudoctor_data_wait_ratio", "gpudoctor_comm_wait_seconds",
                 "gpudoctor_own_work_seconds", "gpudoctor_samples_per_second", "gpudoctor_steps",
-                "gpudoctor_finding_estimated_gain_ratio"} <= families  # fmt: skip
+                "gpudoctor_finding_estimated_gain_ratio", "gpudoctor_job_cpu_cores",
+                "gpudoctor_others_cpu_cores", "gpudoctor_job_run_delay_ratio"} <= families  # fmt: skip
         assert run.wait(timeout=180) == 0, run.stderr.read() if run.stderr else ""
     finally:
         prometheus.terminate()

@@ -9,7 +9,12 @@ from pathlib import Path
 
 import psutil
 
-from gpudoctor.model import HostSample, ProcSample
+from gpudoctor.model import HostSample, OtherProcess, ProcSample
+from gpudoctor.sources.contention import OtherProcesses, RunDelay
+
+# Others are looked for by name once they take a quarter of a core (below that, no
+# neighbour slows a job by the 20% noisy-neighbour asks for: DESIGN.md section 4).
+NAME_OTHERS_CORES = 0.25
 
 
 def cores_allowed(pid: int | None = None) -> int:
@@ -42,6 +47,10 @@ class HostReader:
         self._disk = psutil.disk_io_counters()
         self._net = psutil.net_io_counters()
         self._cores_allowed = cores_allowed(job_pid)
+        self._me = psutil.Process()
+        self._me.cpu_percent()
+        self._run_delay = RunDelay()
+        self._others = OtherProcesses()
         psutil.cpu_percent(percpu=True)  # first call primes the counters
         psutil.cpu_times_percent()
 
@@ -64,6 +73,14 @@ class HostReader:
             n_rx = (net.bytes_recv - self._net.bytes_recv) / dt
             n_tx = (net.bytes_sent - self._net.bytes_sent) / dt
         self._disk, self._net = disk, net
+        job = self._job_tree(now)
+        others_cores = self._others_cores(per_core, job)
+        steal = getattr(times, "steal", None)
+        delay, blocked = (
+            self._run_delay.read((p.pid for p in job), {p.pid for p in job if p.role == "main"})
+            if self.job_pid is not None
+            else (None, None)
+        )
         return HostSample(
             t_mono_ns=time.monotonic_ns(),
             cpu_pct_per_core=per_core,
@@ -78,8 +95,30 @@ class HostReader:
             net_rx_bytes_per_s=max(n_rx, 0.0),
             net_tx_bytes_per_s=max(n_tx, 0.0),
             cores_allowed=self._cores_allowed,
-            job=self._job_tree(now),
+            job=job,
+            others_cpu_cores=others_cores,
+            job_run_delay_fraction=delay,
+            main_blocked_fraction=blocked,
+            steal_pct=float(steal) if steal is not None else None,
+            others=self._busiest_others(others_cores, job),
         )
+
+    def _others_cores(self, per_core: tuple[float, ...], job: tuple[ProcSample, ...]) -> float:
+        """Cores busy with anything but the job and the doctor: the machine's busy time
+        (which counts a hypervisor's steal) less theirs."""
+        try:
+            mine = self._me.cpu_percent() / 100.0
+        except psutil.Error:
+            mine = 0.0
+        busy = sum(per_core) / 100.0
+        return round(max(busy - sum(p.cpu_pct for p in job) / 100.0 - mine, 0.0), 3)
+
+    def _busiest_others(
+        self, cores: float, job: tuple[ProcSample, ...]
+    ) -> tuple[OtherProcess, ...]:
+        if cores < NAME_OTHERS_CORES:
+            return ()
+        return self._others.top({p.pid for p in job} | {self._me.pid}, parent=self._me.pid)
 
     def _job_tree(self, now: float) -> tuple[ProcSample, ...]:
         if self.job_pid is None:
