@@ -20,6 +20,7 @@ from gpudoctor.diagnosis.rules import (
     low_gpu_util,
     memory_pressure,
     no_mixed_precision,
+    noisy_neighbour,
     not_compiled,
     out_of_memory,
     pageable_copies,
@@ -28,6 +29,7 @@ from gpudoctor.diagnosis.rules import (
     straggler,
 )
 from gpudoctor.diagnosis.window import Window
+from gpudoctor.model import GpuProcess, OtherProcess
 
 LOADER = {"dataloaders": [{"num_workers": 0, "pin_memory": False, "persistent_workers": False}]}
 
@@ -41,7 +43,7 @@ def test_every_design_finding_has_a_rule() -> None:
         "input-bound", "slow-storage", "cpu-saturated", "host-sync", "pageable-copies",
         "low-gpu-util", "small-batch", "no-mixed-precision", "out-of-memory", "memory-pressure",
         "not-compiled", "cudnn-benchmark-off", "grad-in-inference", "data-parallel",
-        "gpu-throttled", "straggler", "comm-bound",
+        "gpu-throttled", "straggler", "comm-bound", "noisy-neighbour",
     }  # fmt: skip
     assert set(SIGNALS) == set(FINDING_IDS)
 
@@ -82,7 +84,66 @@ SIGNALS = {
     ),
     "straggler": lambda: ddp_window(slow_host_ms=12.0),
     "comm-bound": lambda: ddp_window(shared_comm_ms=10.0),
+    "noisy-neighbour": lambda: window(host=host(run_delay=0.4, others_cores=1.0)),
 }
+
+BURNER = OtherProcess(
+    pid=8261, name="python3", user="alice", command="python3 burn.py", cpu_cores=0.98
+)
+
+
+def test_noisy_neighbour_names_who_takes_the_cpu_and_needs_both_signals() -> None:
+    busy = window(host=host(run_delay=0.4, others_cores=1.0, others=(BURNER,)))
+    finding = noisy_neighbour.evaluate(busy)
+    assert finding is not None and finding.severity == "medium"
+    assert "waited for a core 40%" in finding.evidence
+    assert "python3 (pid 8261, alice) 1.0 core" in finding.evidence
+    assert "burn.py" not in finding.evidence  # another user's arguments stay theirs
+    assert finding.estimated_gain == 0.4
+    # the job's own threads outnumber the cores: it waits, but nobody else is busy
+    assert noisy_neighbour.evaluate(window(host=host(run_delay=0.4, others_cores=0.2))) is None
+    # others busy on cores the job does not need: it never waits
+    assert noisy_neighbour.evaluate(window(host=host(run_delay=0.05, others_cores=1.0))) is None
+    # older records (no run-queue readings) say nothing
+    assert noisy_neighbour.evaluate(window()) is None
+    # a passing spell: in fewer than half the samples
+    spell = host(n=3, run_delay=0.6, others_cores=1.5) + host(
+        n=7, run_delay=0.0, others_cores=0.0, t0=11 * 10**9
+    )
+    assert noisy_neighbour.evaluate(window(host=spell)) is None
+    high = noisy_neighbour.evaluate(window(host=host(run_delay=0.6, others_cores=1.0, steal=30.0)))
+    assert (
+        high is not None and high.severity == "high" and "hypervisor's steal: 30%" in high.evidence
+    )
+
+
+def test_cpu_saturated_by_someone_else_says_by_whom() -> None:
+    facts = {"dataloaders": [{"num_workers": 2, "pin_memory": False}]}
+    taken = host(job_cores=0.9, cores=2, cpu_pct=98.0, others_cores=1.05, others=(BURNER,))
+    finding = cpu_saturated.evaluate(window(steps=steps(loader_ms=5.0), host=taken, facts=facts))
+    assert finding is not None
+    assert (
+        "uses 0.9 of them; other processes take 1.1: python3 (pid 8261, alice)" in finding.evidence
+    )
+    alone = host(job_cores=1.95, cores=2, others_cores=0.0)
+    finding = cpu_saturated.evaluate(window(steps=steps(loader_ms=5.0), host=alone, facts=facts))
+    assert finding is not None and "other processes" not in finding.evidence
+
+
+def test_noisy_neighbour_on_the_jobs_gpu() -> None:
+    other = GpuProcess(
+        pid=777,
+        mem_used_bytes=1 << 30,
+        sm_util_pct=60,
+        user="bob",
+        command="/usr/bin/python3 x.py --token abc",
+    )
+    finding = noisy_neighbour.evaluate(window(gpus=gpus(foreign=(other,))))
+    assert finding is not None and finding.id == "noisy-neighbour"
+    assert "pid 777 (bob) python3 up to 60% of the SMs" in finding.evidence
+    assert "abc" not in finding.evidence
+    idle = GpuProcess(pid=777, mem_used_bytes=1 << 30, sm_util_pct=5)
+    assert noisy_neighbour.evaluate(window(gpus=gpus(foreign=(idle,)))) is None
 
 
 @pytest.mark.parametrize("finding_id", sorted(SIGNALS))
@@ -113,6 +174,20 @@ def test_input_bound_without_dataloader_uses_host_time_outside_the_model() -> No
     assert finding is not None and finding.severity == "high"
     assert "outside the model" in finding.evidence
     assert finding.remedies[0] == "preprocess-offline"
+
+
+def test_outside_time_with_an_idle_process_is_called_waiting_not_input_code() -> None:
+    """The main thread is blocked (asleep, on a lock) 55% of the time in a step that is
+    60% outside the model: it waited then, it did not compute input."""
+    idle = window(steps=steps(outside_ms=6.0), host=host(blocked=0.55))
+    finding = input_bound.evaluate(idle)
+    assert finding is not None and "mostly idle then: it waits" in finding.evidence
+    assert "hand-written input code" not in finding.evidence
+    assert finding.remedies[0] == "more-workers" and "preprocess-offline" not in finding.remedies
+    # blocked for less than half the outside share: computing, as before
+    for blocked in (0.25, None):
+        busy = input_bound.evaluate(window(steps=steps(outside_ms=6.0), host=host(blocked=blocked)))
+        assert busy is not None and "hand-written input code" in busy.evidence
 
 
 def test_input_bound_needs_enough_steps() -> None:

@@ -5,7 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from gpudoctor.diagnosis.window import Window
-from gpudoctor.model import GpuProcess, GpuSample, HostSample, JobExit, ProcSample, StepRecord
+from gpudoctor.model import (
+    GpuProcess,
+    GpuSample,
+    HostSample,
+    JobExit,
+    OtherProcess,
+    ProcSample,
+    StepRecord,
+)
 
 MS = 1_000_000
 S = 1_000_000_000
@@ -50,6 +58,11 @@ def host(
     cpu_pct: float | None = None,
     spacing_ns: int = 40 * MS,
     read_mb_s: float = 0.0,
+    run_delay: float | None = None,
+    others_cores: float | None = None,
+    others: tuple[OtherProcess, ...] = (),
+    steal: float | None = None,
+    blocked: float | None = None,
 ) -> tuple[HostSample, ...]:
     """Samples spread over the default steps (a real run samples once a second over
     a longer run; the rules care about the share of samples, not their rate)."""
@@ -61,6 +74,9 @@ def host(
             swap_total_bytes=0, disk_read_bytes_per_s=5e7, disk_write_bytes_per_s=0.0,
             net_rx_bytes_per_s=0.0, net_tx_bytes_per_s=0.0, cores_allowed=cores,
             job=(ProcSample(JOB_PID, 1, "python", "main", job_cores * 100, 1 << 30, read_mb_s * 1e6, 0.0, status, 4),),
+            others_cpu_cores=others_cores, job_run_delay_fraction=run_delay, steal_pct=steal,
+            main_blocked_fraction=blocked,
+            others=others,
         )
         for i in range(n)
     )  # fmt: skip
@@ -73,6 +89,7 @@ def gpus(
     reasons: tuple[str, ...] = (),
     t0: int = 16 * S,
     cc: tuple[int, int] = (9, 0),
+    foreign: tuple[GpuProcess, ...] = (),
 ) -> tuple[GpuSample, ...]:
     total = 80 << 30
     return tuple(
@@ -82,7 +99,7 @@ def gpus(
             power_w=400.0, power_limit_w=700.0, temp_c=60, fan_pct=None, sm_clock_mhz=1980,
             mem_clock_mhz=2619, pcie_rx_bytes_per_s=1 << 20, pcie_tx_bytes_per_s=1 << 20,
             clock_event_reasons=reasons, compute_capability=cc,
-            processes=(GpuProcess(JOB_PID, int(total * mem_fraction), util),),
+            processes=(GpuProcess(JOB_PID, int(total * mem_fraction), util), *foreign),
         )
         for i in range(n)
     )  # fmt: skip

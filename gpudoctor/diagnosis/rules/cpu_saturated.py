@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpudoctor.diagnosis.rules.input_bound import is_input_bound
+from gpudoctor.diagnosis.rules.noisy_neighbour import busiest
 from gpudoctor.diagnosis.window import Window
 from gpudoctor.model import Finding
 
@@ -14,6 +15,9 @@ SATURATED_FRACTION = 0.90
 # workers are exactly what helps; input-bound says so.
 MIN_WORKERS = 1
 MIN_SAMPLES = 3
+# the cores' holders are named once others take a quarter of a core (as the host
+# reader names them: sources/host.py)
+NAMED_OTHERS_CORES = 0.25
 
 ID = "cpu-saturated"
 # Rests on the step measures: estimated in watch mode (stack samples).
@@ -34,6 +38,15 @@ def evaluate(w: Window) -> Finding | None:
     median_cores = shares[len(shares) // 2]
     if median_cores / allowed <= SATURATED_FRACTION:
         return None
+    jobs = sorted(h.job_cpu_cores for h in hosts)[len(hosts) // 2]
+    others = sorted(h.others_cpu_cores or 0.0 for h in hosts)[len(hosts) // 2]
+    by_whom = ""
+    if others >= NAMED_OTHERS_CORES:
+        who = busiest(list(hosts))
+        by_whom = (
+            f" The job itself uses {jobs:.1f} of them; other processes take {others:.1f}"
+            f"{': ' + who if who else ''}."
+        )
     return Finding(
         id=ID,
         severity="high" if w.data_wait_fraction > 0.4 else "medium",
@@ -41,7 +54,7 @@ def evaluate(w: Window) -> Finding | None:
         evidence=(
             f"{w.data_wait_fraction:.0%} of each step waits for data while the job keeps "
             f"{median_cores:.1f} of {allowed} allowed cores busy (median): more workers "
-            "cannot help, less work per sample can."
+            f"cannot help, less work per sample can.{by_whom}"
         ),
         remedies=("preprocess-offline", "fewer-transforms"),
         estimated_gain=round(w.data_wait_fraction, 3),

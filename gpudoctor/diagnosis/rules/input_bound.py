@@ -12,6 +12,12 @@ LOW_FRACTION = 0.05
 MEDIUM_FRACTION = 0.20
 HIGH_FRACTION = 0.40
 MIN_STEPS = 5
+# Host time outside the model is idle waiting, not input code, when the main thread was
+# blocked (neither on a core nor waiting for one: asleep, on a lock, a queue, I/O, the
+# network; the kernel's schedstat) for at least half of that share of the time. The
+# model's own part keeps the main thread on a core, so the blocked time is the outside
+# part's. No anchor: a bound from the arithmetic.
+IDLE_SHARE_OF_OUTSIDE = 0.5
 
 ID = "input-bound"
 # Rests on the step measures: estimated in watch mode (stack samples).
@@ -49,6 +55,15 @@ def evaluate(w: Window) -> Finding | None:
         if workers is not None and w.estimated:
             detail = f"{workers} worker processes (num_workers={workers}, seen from outside)"
         remedies = _dataloader_remedies(w, loader)
+    elif _idle_outside(w, fraction):
+        where = (
+            "is host time outside the model, and the process is mostly idle then: it waits "
+            "(sleeping, on a lock, a queue, storage or the network), it does not compute input"
+        )
+        detail = "no DataLoader in use"
+        # overlapping the waits (a loader's workers, or reading ahead) is what helps;
+        # precomputing does not
+        remedies = ("more-workers", "local-ssd")
     else:
         where = "is host time outside the model (hand-written input code, no DataLoader)"
         detail = "no DataLoader in use"
@@ -93,6 +108,17 @@ def _dataloader_remedies(w: Window, loader: dict[str, object]) -> tuple[str, ...
     elif loader.get("persistent_workers"):
         order.remove("persistent-workers")
     return (*order, "preprocess-offline", "memmap", "local-ssd")
+
+
+def _idle_outside(w: Window, fraction: float) -> bool:
+    """The main thread was blocked (median over the steady samples) through most of the
+    time outside the model."""
+    blocked = sorted(
+        h.main_blocked_fraction for h in w.steady_host if h.main_blocked_fraction is not None
+    )
+    if len(blocked) < 3 or w.estimated:
+        return False
+    return blocked[len(blocked) // 2] >= IDLE_SHARE_OF_OUTSIDE * fraction
 
 
 def _cores_busy(w: Window) -> str:
