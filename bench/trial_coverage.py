@@ -1,6 +1,7 @@
 """How often the trial's 95% interval holds what it claims to, over many real trials.
 
-    python bench/trial_coverage.py [--trials 16] [--repeat 2] [--steps 100] [-- CMD ...]
+    python bench/trial_coverage.py [--trials 16] [--repeat 2] [--steps 100]
+        [--neighbour-from K] [-- CMD ...]
 
 Runs `gpudoctor trial` on the same job and remedy `--trials` times (default: the
 DataLoader-bound sample job with its own --num-workers, a real ~1.5x gain on 2 cores)
@@ -36,13 +37,21 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--apply", default="more-workers")
+    p.add_argument(
+        "--neighbour-from", type=int, default=None, metavar="K",
+        help="start a process that keeps a core busy before trial K, until the end",
+    )  # fmt: skip
     p.add_argument("cmd", nargs=argparse.REMAINDER)
     args = p.parse_args()
     command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     command = command or JOB
     folder = Path(tempfile.mkdtemp(prefix="gpudoctor-coverage-"))
     results = []
+    burner = None
     for n in range(args.trials):
+        if n == args.neighbour_from:
+            burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            print(f"  (a busy process, pid {burner.pid}, from here on)", flush=True)
         report = folder / f"trial-{n}.json"
         proc = subprocess.run(
             [sys.executable, "-m", "gpudoctor", "--store", str(folder / "s.db"), "trial",
@@ -51,12 +60,25 @@ def main() -> None:
             capture_output=True, text=True,
         )  # fmt: skip
         if proc.returncode != 0:
+            if burner is not None:
+                burner.kill()
             sys.exit(f"trial {n} failed: {proc.stderr[-2000:]}")
         r = json.loads(report.read_text())["trial"]
         results.append((r["speedup"], r["ci95"][0], r["ci95"][1]))
-        print(
-            f"  trial {n}: {r['speedup']:.3f} ({r['ci95'][0]:.3f}-{r['ci95'][1]:.3f})", flush=True
+        busy = r.get("machine_busy")
+        said = (
+            f"; busy steps {busy['busy_steps']} of {busy['steps']}, "
+            f"{'left out' if busy['left_out'] else 'kept'}"
+            if busy
+            else ""
         )
+        print(
+            f"  trial {n}: {r['speedup']:.3f} ({r['ci95'][0]:.3f}-{r['ci95'][1]:.3f}) "
+            f"{r['verdict']}{said}",
+            flush=True,
+        )
+    if burner is not None:
+        burner.kill()
     pooled = math.exp(statistics.fmean(math.log(s) for s, _, _ in results))
     covered = sum(low <= pooled <= high for _, low, high in results)
     pairs = [(i, j) for i in range(len(results)) for j in range(len(results)) if i != j]

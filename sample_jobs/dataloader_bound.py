@@ -18,16 +18,20 @@ from _common import mlp, parser
 
 class AugmentedDataset(Dataset[tuple[torch.Tensor, int]]):
     """Stands in for decoding plus augmentation: ~1 ms of single-threaded CPU work per
-    sample, as a JPEG decoder in PIL would be."""
+    sample, as a JPEG decoder in PIL would be; and, when `read_ms` is given, the wait for
+    each file from network storage (an object store, NFS), which takes no CPU."""
 
-    def __init__(self, size: int, work: int = 4) -> None:
+    def __init__(self, size: int, work: int = 4, read_ms: float = 0.0) -> None:
         self.size = size
         self.work = work
+        self.read_s = read_ms / 1000.0
 
     def __len__(self) -> int:
         return self.size
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        if self.read_s:
+            time.sleep(self.read_s)
         rng = random.Random(index)
         pixels = [rng.random() for _ in range(512)]
         for _ in range(3 * self.work):  # a few augmentation passes, in Python
@@ -38,6 +42,7 @@ class AugmentedDataset(Dataset[tuple[torch.Tensor, int]]):
 def main() -> None:
     p = parser(__doc__.splitlines()[0], steps=250, batch_size=32)
     p.add_argument("--decode-work", type=int, default=4, help="CPU work per sample (x ~0.3 ms)")
+    p.add_argument("--read-ms", type=float, default=0.0, help="storage wait per sample (ms)")
     args = p.parse_args()
     torch.manual_seed(args.seed)
     # A small model needs one intra-op thread; the default of one per core would spin
@@ -45,7 +50,7 @@ def main() -> None:
     torch.set_num_threads(1)
     device = torch.device(args.device)
     loader = DataLoader(
-        AugmentedDataset(100_000, work=args.decode_work),
+        AugmentedDataset(100_000, work=args.decode_work, read_ms=args.read_ms),
         batch_size=args.batch_size,
         shuffle=True,
         num_workers=args.num_workers,

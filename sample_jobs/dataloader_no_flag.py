@@ -22,11 +22,16 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=250)
     p.add_argument("--seconds", type=float, default=None)
+    p.add_argument("--decode-work", type=int, default=8, help="CPU work per sample (x ~0.3 ms)")
+    p.add_argument("--read-ms", type=float, default=0.0, help="storage wait per sample (ms)")
     args = p.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)  # as in dataloader_bound.py: a small model, one thread
     loader = DataLoader(
-        AugmentedDataset(100_000, work=8), batch_size=32, shuffle=True, num_workers=0
+        AugmentedDataset(100_000, work=args.decode_work, read_ms=args.read_ms),
+        batch_size=32,
+        shuffle=True,
+        num_workers=0,
     )
     model = mlp(512, 256, 10)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)

@@ -69,9 +69,11 @@ def trial(
         job, arm = run_arm(argv, env, request.steps, store, output=output)
         conclude(job, store, request.lang)
         arms[side].append(arm)
+        busy = sum(arm.busy)
+        crowded = f"; other processes took its cores during {busy} of them" if busy else ""
         progress(
             f"  {len(arm.walls_s)} steps, {rate_words(arm)}, data wait "
-            f"{percent(arm.data_wait_fraction)}"
+            f"{percent(arm.data_wait_fraction)}{crowded}"
         )
         return job
 

@@ -10,6 +10,8 @@ between runs; repeats (`--repeat`) add that noise itself.
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import math
 import random
 import statistics
@@ -17,8 +19,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpudoctor.diagnosis.rules.noisy_neighbour import busiest, contended
 from gpudoctor.diagnosis.window import WARMUP_STEPS, Window
-from gpudoctor.model import StepRecord
+from gpudoctor.model import HostSample, StepRecord
 from gpudoctor.prescribe.rerun import Change
 from gpudoctor.redact import redact_argv, redact_text
 from gpudoctor.timeline import Timeline
@@ -29,10 +32,17 @@ MIN_BLOCK_STEPS = 20
 # workers start with their prefetch queues full, which makes the first steps of a
 # treatment with workers look faster than it will stay.
 TRIAL_WARMUP_STEPS = 20
+# Steps that ran while other processes took the cores the job waited for (the host
+# sample after the step says so: noisy-neighbour's test) are left out of the comparison
+# when each side keeps at least this share of its steps, and this many in all.
+MIN_QUIET_SHARE = 1 / 3
+MIN_QUIET_STEPS = 2 * MIN_BLOCK_STEPS
 METHOD = (
     "moving-block bootstrap over the steady steps (blocks of a quarter run, runs "
-    "resampled), 2000 rounds, widened by the spread between runs when repeated; the "
-    "first 25 steps of each run are warm-up"
+    "resampled), 2000 rounds, widened by the spread between runs when repeated (a "
+    "Student-t quantile, Welch-Satterthwaite degrees of freedom); steps while other "
+    "processes took the job's cores left out when enough quiet ones remain; the first "
+    "25 steps of each run are warm-up"
 )
 
 
@@ -48,6 +58,9 @@ class Arm:
     exit_code: int | None
     ended_by: str | None
     total_steps: int
+    # per steady step: other processes took the cores the job waited for
+    busy: tuple[bool, ...] = ()
+    others: str = ""  # who they were, as words
 
     @property
     def samples_per_s(self) -> float | None:
@@ -59,6 +72,13 @@ class Arm:
     @property
     def step_median_ms(self) -> float | None:
         return statistics.median(self.walls_s) * 1000 if self.walls_s else None
+
+    def quiet(self) -> Arm:
+        """This run without its busy steps."""
+        if not any(self.busy):
+            return self
+        walls = tuple(w for w, b in zip(self.walls_s, self.busy, strict=True) if not b)
+        return dataclasses.replace(self, walls_s=walls, busy=(False,) * len(walls))
 
     @property
     def failed(self) -> bool:
@@ -98,6 +118,10 @@ def arm_of(
     steady = w.steady_steps
     batches = [s.batch_size for s in w.detailed_steps if s.batch_size]
     exit_ = timeline.exit
+    hosts = list(timeline.host)
+    after = [_sample_after(hosts, s.t_end_mono_ns) for s in steady]
+    busy = tuple(h is not None and contended(h) for h in after)
+    crowded = [h for h, b in zip(after, busy, strict=True) if b and h is not None]
     return Arm(
         session_id=session_id,
         argv=tuple(timeline.command),
@@ -107,7 +131,15 @@ def arm_of(
         exit_code=exit_.exit_code if exit_ else None,
         ended_by=exit_.ended_by if exit_ else None,
         total_steps=timeline.total_steps(),
+        busy=busy,
+        others=busiest(list(dict.fromkeys(crowded))) if crowded else "",
     )
+
+
+def _sample_after(hosts: list[HostSample], t_ns: int) -> HostSample | None:
+    """The host sample whose interval holds the moment `t_ns` (the first at or after it)."""
+    i = bisect.bisect_left([h.t_mono_ns for h in hosts], t_ns)
+    return hosts[i] if i < len(hosts) else None
 
 
 def speedup(
@@ -128,25 +160,50 @@ def speedup(
     ratios.sort()
     low = ratios[int(0.025 * (len(ratios) - 1))]
     high = ratios[int(0.975 * (len(ratios) - 1))]
-    between = _between_runs(baseline) + _between_runs(treatment)
+    parts = [_between_runs(baseline), _between_runs(treatment)]
+    between = sum(v for v, _ in parts)
     if between and point:
         boot_sd = (math.log(high) - math.log(low)) / (2 * Z95)
-        sd = math.sqrt(boot_sd**2 + between)
-        low = min(low, math.exp(math.log(point) - Z95 * sd))
-        high = max(high, math.exp(math.log(point) + Z95 * sd))
+        sd2 = boot_sd**2 + between
+        # Welch-Satterthwaite: the bootstrap's term has many degrees of freedom, each
+        # side's between-run term as many as its runs less one
+        df = sd2**2 / sum(v**2 / (n - 1) for v, n in parts if v)
+        sd = math.sqrt(sd2)
+        q = t975(df)
+        low = min(low, math.exp(math.log(point) - q * sd))
+        high = max(high, math.exp(math.log(point) + q * sd))
     return point, (low, high)
 
 
 Z95 = 1.96
+# Student's t, two-sided 95% (the 0.975 quantile), by degrees of freedom: NIST/SEMATECH
+# e-Handbook of Statistical Methods, section 1.3.6.7.2 (table of the t distribution).
+T975 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
 
 
-def _between_runs(arms: Sequence[Arm]) -> float:
-    """Variance of the pooled log rate that comes from the runs differing (0 with one)."""
+def t975(df: float) -> float:
+    """The 0.975 quantile of Student's t at `df` degrees of freedom, rounded down (the
+    wider interval) to a whole number; the normal's beyond the table (120: 1.980)."""
+    whole = int(df)
+    if whole < 1:
+        return T975[0]
+    if whole <= len(T975):
+        return T975[whole - 1]
+    return 2.000 if whole < 120 else Z95
+
+
+def _between_runs(arms: Sequence[Arm]) -> tuple[float, int]:
+    """Variance of the pooled log rate that comes from the runs differing (0 with one),
+    and the number of runs."""
     rates = [_rate([a]) for a in arms if a.walls_s]
     if len(rates) < 2 or not all(rates):
-        return 0.0
+        return 0.0, len(rates)
     logs = [math.log(r) for r in rates]
-    return statistics.variance(logs) / len(logs)
+    return statistics.variance(logs) / len(logs), len(logs)
 
 
 def _rate(arms: Sequence[Arm]) -> float:
@@ -171,10 +228,7 @@ def _resample(arms: Sequence[Arm], rng: random.Random) -> list[Arm]:
 
 
 def _with_walls(a: Arm, walls: tuple[float, ...]) -> Arm:
-    return Arm(
-        a.session_id, a.argv, walls, a.batch_size, a.data_wait_fraction, a.exit_code,
-        a.ended_by, a.total_steps,
-    )  # fmt: skip
+    return dataclasses.replace(a, walls_s=walls, busy=())
 
 
 def verdict(ci: tuple[float, float], treatment: Sequence[Arm]) -> str:
@@ -228,6 +282,41 @@ class Side:
 
 
 @dataclass(frozen=True)
+class Crowding:
+    """Steps that ran while other processes took the cores the job waited for."""
+
+    busy_steps: dict[str, int]
+    steps: dict[str, int]
+    left_out: bool  # the comparison is of the quiet steps only
+    others: str  # who took the cores, as words
+
+    def words(self) -> str:
+        sides = " and ".join(
+            f"{self.busy_steps[side]} of the {side}'s {self.steps[side]}"
+            for side in ("baseline", "treatment")
+            if self.busy_steps[side]
+        )
+        who = f" ({self.others})" if self.others else ""
+        outcome = (
+            "those steps are left out"
+            if self.left_out
+            else "too few quiet steps to leave them out: the result is for the machine as it was"
+        )
+        return (
+            f"the machine was busy: other processes took the cores the job waited for during "
+            f"{sides} steps{who}; {outcome}"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "busy_steps": dict(self.busy_steps),
+            "steps": dict(self.steps),
+            "left_out": self.left_out,
+            "others": self.others,
+        }
+
+
+@dataclass(frozen=True)
 class Comparison:
     """Two sides, the speedup of the second over the first, its 95% interval, a verdict."""
 
@@ -236,11 +325,19 @@ class Comparison:
     speedup: float
     ci95: tuple[float, float]
     verdict: str
+    crowding: Crowding | None = None
 
     @classmethod
     def of(cls, baseline: Sequence[Arm], treatment: Sequence[Arm]) -> Comparison:
+        crowding = _crowding(baseline, treatment)
+        if crowding is not None and crowding.left_out:
+            baseline = [q for q in (a.quiet() for a in baseline) if q.walls_s]
+            treatment = [q for q in (a.quiet() for a in treatment) if q.walls_s]
         point, ci = speedup(baseline, treatment)
-        return cls(Side(tuple(baseline)), Side(tuple(treatment)), point, ci, verdict(ci, treatment))
+        return cls(
+            Side(tuple(baseline)), Side(tuple(treatment)), point, ci, verdict(ci, treatment),
+            crowding,
+        )  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -249,7 +346,24 @@ class Comparison:
             "speedup": round(self.speedup, 4),
             "ci95": [round(self.ci95[0], 4), round(self.ci95[1], 4)],
             "verdict": self.verdict,
+            "machine_busy": self.crowding.as_dict() if self.crowding else None,
         }
+
+
+def _crowding(baseline: Sequence[Arm], treatment: Sequence[Arm]) -> Crowding | None:
+    """How many steps of each side ran on a busy machine, and whether enough quiet ones
+    remain to compare those alone (None: the machine stayed quiet)."""
+    sides = {"baseline": baseline, "treatment": treatment}
+    busy = {k: sum(sum(a.busy) for a in arms) for k, arms in sides.items()}
+    if not any(busy.values()):
+        return None
+    steps = {k: sum(len(a.walls_s) for a in arms) for k, arms in sides.items()}
+    quiet = {k: steps[k] - busy[k] for k in sides}
+    left_out = all(
+        quiet[k] >= MIN_QUIET_STEPS and quiet[k] >= MIN_QUIET_SHARE * steps[k] for k in sides
+    )
+    others = next((a.others for arms in sides.values() for a in arms if a.others), "")
+    return Crowding(busy, steps, left_out, others)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpudoctor.prescribe.batch_size import SAFETY_MARGIN, Found
-from gpudoctor.prescribe.trial import TrialResult
+from gpudoctor.prescribe.trial import Comparison, TrialResult
 from gpudoctor.redact import redact_argv, redact_text
 from gpudoctor.report.values import SCHEMA, Profile, Report, StepMeasures
 
@@ -165,11 +165,24 @@ def trial_text(r: TrialResult) -> str:
     )
     low, high = (round(x, 4) for x in c.ci95)
     lines.append(
-        f"  speedup {round(c.speedup, 4):.2f}x (95% interval {low:.2f}-{high:.2f}); data wait "
+        f"  {speedup_words(c)}; data wait "
         f"{percent(b.data_wait_fraction)} -> {percent(t.data_wait_fraction)}"
     )
+    if c.crowding is not None:
+        lines.append(f"  {c.crowding.words()}")
     lines.append(f"  treatment command: {redact_text(r.treatment_shown)}")
     return "\n".join(lines) + "\n"
+
+
+def speedup_words(c: Comparison) -> str:
+    """The speedup with its interval; when the interval holds 1, the interval first (the
+    point alone would claim what the runs do not show)."""
+    low, high = (round(x, 4) for x in c.ci95)
+    if c.verdict == "no better than noise":
+        return (
+            f"speedup somewhere in {low:.2f}-{high:.2f}x (95% interval; measured {c.speedup:.2f}x)"
+        )
+    return f"speedup {round(c.speedup, 4):.2f}x (95% interval {low:.2f}-{high:.2f})"
 
 
 def trial_markdown(r: TrialResult) -> str:
@@ -187,6 +200,8 @@ def trial_markdown(r: TrialResult) -> str:
         f"{percent(t.data_wait_fraction)}",
         f"- treatment command: `{redact_text(r.treatment_shown)}`",
     ]
+    if c.crowding is not None:
+        lines.append(f"- {c.crowding.words()}")
     lines += [f"- applied `{a.remedy}` via {a.via}: {a.change}" for a in r.applied]
     return "\n".join(lines) + "\n"
 
