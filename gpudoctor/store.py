@@ -20,6 +20,7 @@ from typing import Any
 
 import psutil
 
+from gpudoctor.diagnosis.ranks import RankSummary
 from gpudoctor.model import (
     GpuProcess,
     GpuSample,
@@ -315,15 +316,18 @@ class Store:
         from with `follow`)."""
         try:
             row = self.db.execute(
-                "SELECT command, started_unix, start_mono_ns, gpu_reason FROM sessions WHERE id=?",
+                "SELECT command, started_unix, start_mono_ns, gpu_reason, hostname FROM sessions"
+                " WHERE id=?",
                 (session_id,),
             ).fetchone()
             if row is None:
                 raise StoreError(
                     f"no session {session_id} in {self.path} (see `gpudoctor history`)"
                 )
-            command, started, start_ns, gpu_reason = row
-            timeline = Timeline(json.loads(command), started, start_ns, gpu_reason=gpu_reason)
+            command, started, start_ns, gpu_reason, hostname = row
+            timeline = Timeline(
+                json.loads(command), started, start_ns, gpu_reason=gpu_reason, hostname=hostname
+            )
         except sqlite3.Error as exc:
             raise StoreError(f"cannot read the session store {self.path}: {exc}") from None
         return timeline, self.follow(session_id, timeline, 0)
@@ -408,6 +412,11 @@ def apply_record(timeline: Timeline, kind: str, data: Any) -> None:
         timeline.store_lost = int(data.get("lost", 0))
     elif kind == "hangup":
         timeline.hung_up_ns = int(data["t"])
+    elif kind == "ranks":  # another node's ranks, as its doctor sent them
+        with contextlib.suppress(KeyError, TypeError, ValueError):
+            timeline.remote_ranks[str(data["node"])] = tuple(
+                RankSummary.from_dict(r) for r in data["ranks"]
+            )
     elif kind == "output":
         timeline.output_log = data.get("path", timeline.output_log)
         timeline.output_rotations = int(data.get("rotations", timeline.output_rotations))

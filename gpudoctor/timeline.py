@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
+from gpudoctor.diagnosis.ranks import RankSummary
 from gpudoctor.diagnosis.window import Window
 from gpudoctor.model import GpuSample, HostSample, JobExit, StackChunk, StepRecord
 from gpudoctor.probe import protocol
@@ -63,6 +64,10 @@ class Timeline:
     # watch mode: the attached process (no probe inside it) and its stack chunks
     watched_pid: int | None = None
     stacks: deque[StackChunk] = field(default_factory=_samples)
+    # the node the doctor ran on, and the other nodes' ranks as their doctors last sent
+    # them (a multi-node job: sources/rendezvous.py), by node
+    hostname: str | None = None
+    remote_ranks: dict[str, tuple[RankSummary, ...]] = field(default_factory=dict)
 
     @property
     def mode(self) -> str:
@@ -210,6 +215,8 @@ class Timeline:
             job_pids=frozenset(job_pids),
             start_mono_ns=self.start_mono_ns,
             stacks=stacks,
+            hostname=self.hostname,
+            remote_ranks=tuple(r for ranks in self.remote_ranks.values() for r in ranks),
         )
 
 

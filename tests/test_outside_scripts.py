@@ -159,7 +159,7 @@ def test_a_healthy_script(tmp_path: Path) -> None:
     )
     proc, report = run_job(tmp_path, script)
     assert proc.returncode == 0
-    assert [f["id"] for f in report["findings"] if f["severity"] in ("medium", "high")] == []
+    assert finding_ids(report, "medium", "high") == []
     assert report["steps"]["count"] == 120
 
 

@@ -76,7 +76,7 @@ def test_a_balanced_job_with_real_compute_has_no_medium_or_high_finding(tmp_path
         "--steps", "120",
     )  # fmt: skip
     assert len(report["ranks"]) == 2 and all(r["score"] < 1.5 for r in report["ranks"])
-    assert [f["id"] for f in report["findings"] if f["severity"] in ("medium", "high")] == []
+    assert finding_ids(report, "medium", "high") == []
 
 
 COMM = """

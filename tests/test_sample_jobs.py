@@ -26,7 +26,7 @@ def test_sample_job_top_finding(job: str, tmp_path: Path) -> None:
     extra = ("--data-dir", str(tmp_path), "--steps", "200") if job == "slow_storage" else ()
     proc, report = run_job(tmp_path, SAMPLES / f"{job}.py", *extra)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert own_findings(report)[0] == TOP_FINDING[job], report["findings"]
+    assert finding_ids(report)[0] == TOP_FINDING[job], report["findings"]
     assert report["ended_by"] == "exit" and report["steps"]["count"] > 20
     top = next(f for f in report["findings"] if f["id"] == TOP_FINDING[job])
     assert top["evidence"] and top["remedies"] and all(r["how"] for r in top["remedies"])
@@ -35,7 +35,7 @@ def test_sample_job_top_finding(job: str, tmp_path: Path) -> None:
 def test_the_healthy_job_has_no_medium_or_high_finding(tmp_path: Path) -> None:
     proc, report = run_job(tmp_path, SAMPLES / "healthy.py")
     assert proc.returncode == 0
-    assert own_findings(report, "high", "medium") == []
+    assert finding_ids(report, "high", "medium") == []
     assert report["steps"]["count"] == 100
     assert report["steps"]["data_wait_fraction"] < 0.05
 
@@ -51,18 +51,7 @@ def test_beside_busy_processes_the_doctor_names_them(tmp_path: Path) -> None:
     assert "noisy-neighbour" in found, report["findings"]
     evidence = found["noisy-neighbour"]["evidence"]
     assert any(f"pid {pid}" in evidence for pid in burners), evidence
-    assert own_findings(report, "high", "medium") == []
-
-
-def own_findings(report: dict[str, object], *severities: str) -> list[str]:
-    """The job's findings, less noisy-neighbour (the machine's, which a shared machine
-    may rightly show beside any job)."""
-    findings = report["findings"]
-    assert isinstance(findings, list)
-    return [
-        f["id"] for f in findings
-        if f["id"] != "noisy-neighbour" and (not severities or f["severity"] in severities)
-    ]  # fmt: skip
+    assert finding_ids(report, "high", "medium") == []
 
 
 SLEEPY = """

@@ -125,7 +125,7 @@ def test_watching_a_healthy_job_finds_nothing_medium_or_high(
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads(report_path.read_text())
     assert report["steps"]["stack_samples"] > 150
-    loud = [f["id"] for f in report["findings"] if f["severity"] in ("high", "medium")]
+    loud = finding_ids(report, "high", "medium")
     assert loud == [], report["findings"]
     split = report["steps"]["split"]
     assert split["forward"] + split["backward"] + split["optimizer"] > 0.5

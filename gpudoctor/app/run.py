@@ -33,6 +33,7 @@ class RunRequest:
     profile_steps: int | None = None  # torch.profiler over N steps after the warm-up
     profile_trace: Path | None = None  # and its Chrome trace written here
     env: dict[str, str] = field(default_factory=dict)  # more for the job (a trial's remedy)
+    exchange_ranks: bool = True  # a multi-node job: trade rank summaries with other nodes
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ def launch(
         output=output,
         own_terminal=own_terminal,
         extra_env={**profile_env(request), **request.env},
+        exchange_ranks=request.exchange_ranks,
     )
     job.start()
     return job

@@ -62,6 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
         f"LOG.1 and begun again (default {DEFAULT_MAX_MB})",
     )  # fmt: skip
     run.add_argument("--metrics", metavar="[HOST:]PORT", help=METRICS_HELP)
+    run.add_argument(
+        "--no-rank-exchange", action="store_true",
+        help="a torchrun job on several nodes: do not trade rank summaries (rank, host, pid, "
+        "step timings) with the other nodes' doctors through the job's rendezvous store",
+    )  # fmt: skip
     run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
 
     watch = add("watch", "attach to a running job (no code injected; it is never stopped)")

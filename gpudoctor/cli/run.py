@@ -44,6 +44,7 @@ def command(args: argparse.Namespace) -> int:
         max_seconds=args.max_seconds,
         profile_steps=args.profile_steps,
         profile_trace=args.profile_trace,
+        exchange_ranks=not args.no_rank_exchange,
     )
     path = report_path(args, "run")
     try:

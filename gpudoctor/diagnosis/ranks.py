@@ -15,8 +15,10 @@ rank, and its own work is its step less that wait. This holds for gloo and NCCL 
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from dataclasses import dataclass
+from typing import Any
 
 from gpudoctor.diagnosis.window import Window, percentile
 from gpudoctor.model import StepRecord
@@ -25,10 +27,14 @@ MIN_STEPS = 5  # steady steps a rank needs before it is compared
 
 
 @dataclass(frozen=True)
-class RankMeasure:
+class RankSummary:
+    """What one rank's own steps say, before it is compared with the others: all that
+    a node's doctor sends the other nodes' (sources/rendezvous.py)."""
+
     pid: int
     rank: int | None  # RANK as the launcher set it (None: a process without one)
     local_rank: int | None
+    host: str | None  # the node it runs on
     steps: int  # the steps seen (the report: each process's exact count)
     median_ms: float
     p90_ms: float
@@ -37,56 +43,103 @@ class RankMeasure:
     uses_dataloader: bool  # else its "data" is the host time before each forward
     # medians over the steps measured in detail, in ms
     parts_ms: dict[str, float]  # data, host, forward, backward, optimizer
+    detailed_median_ms: float  # the median step of those
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RankSummary:
+        """From another node's doctor: ValueError/TypeError/KeyError when malformed."""
+        fields = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in fields})
+
+
+@dataclass(frozen=True)
+class RankMeasure:
+    pid: int
+    rank: int | None
+    local_rank: int | None
+    steps: int
+    median_ms: float
+    p90_ms: float
+    samples_per_s: float | None
+    data_wait_fraction: float
+    uses_dataloader: bool
+    parts_ms: dict[str, float]
     comm_wait_ms: float  # waiting for the other ranks (inside backward)
     own_ms: float  # the step less that wait
     score: float  # own work against the fastest rank's (1.0: the fastest)
+    host: str | None = None
 
 
 def rank_measures(w: Window) -> list[RankMeasure]:
-    """Each stepping process with a rank (two or more of them), by rank; [] otherwise."""
-    ranked = {
-        pid: steps
-        for pid, steps in w.steps_by_pid.items()
-        if w.facts_by_pid.get(pid, {}).get("rank") is not None
-    }
-    parts: dict[int, dict[str, float]] = {}
-    windows: dict[int, Window] = {}
-    for pid, steps in ranked.items():
-        one = Window(steps=steps, facts=w.facts_by_pid.get(pid, {}))
+    """Each stepping process with a rank (two or more of them, this node's and the other
+    nodes' that their doctors sent), by rank; [] otherwise."""
+    return compare(rank_summaries(w) + list(w.remote_ranks))
+
+
+def rank_summaries(w: Window) -> list[RankSummary]:
+    """This node's ranks, each measured on its own."""
+    out = []
+    for pid, steps in w.steps_by_pid.items():
+        facts = w.facts_by_pid.get(pid, {})
+        if facts.get("rank") is None:
+            continue
+        one = Window(steps=steps, facts=facts)
         if len(one.steady_steps) < MIN_STEPS:
             continue
-        windows[pid] = one
-        parts[pid] = _parts_ms(one.detailed_steps, one.uses_dataloader)
-    if len(windows) < 2:
-        return []
-    fastest_backward = min(p["backward"] for p in parts.values())
-    own: dict[int, float] = {}
-    for pid, one in windows.items():
-        wait = parts[pid]["backward"] - fastest_backward
-        own[pid] = max(0.0, statistics.median(s.wall_ns for s in one.detailed_steps) / 1e6 - wait)
-    least = min(own.values()) or 1e-9
-    out = []
-    for pid, one in windows.items():
-        facts = w.facts_by_pid.get(pid, {})
         walls = [s.wall_ns / 1e6 for s in one.steady_steps]
         out.append(
-            RankMeasure(
+            RankSummary(
                 pid=pid,
                 rank=_int(facts.get("rank")),
                 local_rank=_int(facts.get("local_rank")),
-                steps=len(ranked[pid]),  # the rows seen; the report puts in exact counts
+                host=w.hostname,
+                steps=len(steps),  # the rows seen; the report puts in exact counts
                 median_ms=statistics.median(walls),
                 p90_ms=percentile(walls, 90),
                 samples_per_s=one.samples_per_s,
                 data_wait_fraction=one.data_wait_fraction,
                 uses_dataloader=one.uses_dataloader,
-                parts_ms=parts[pid],
-                comm_wait_ms=parts[pid]["backward"] - fastest_backward,
-                own_ms=own[pid],
-                score=own[pid] / least,
+                parts_ms=_parts_ms(one.detailed_steps, one.uses_dataloader),
+                detailed_median_ms=statistics.median(s.wall_ns for s in one.detailed_steps) / 1e6,
             )
         )
-    return sorted(out, key=lambda m: (m.rank is None, m.rank, m.pid))
+    return out
+
+
+def compare(summaries: list[RankSummary]) -> list[RankMeasure]:
+    """The ranks against each other: each one's wait for the others and own work."""
+    ranks = {(s.host, s.pid): s for s in summaries}  # one per process, the newest
+    if len(ranks) < 2:
+        return []
+    fastest_backward = min(s.parts_ms["backward"] for s in ranks.values())
+    own = {
+        key: max(0.0, s.detailed_median_ms - (s.parts_ms["backward"] - fastest_backward))
+        for key, s in ranks.items()
+    }
+    least = min(own.values()) or 1e-9
+    out = [
+        RankMeasure(
+            pid=s.pid,
+            rank=s.rank,
+            local_rank=s.local_rank,
+            steps=s.steps,
+            median_ms=s.median_ms,
+            p90_ms=s.p90_ms,
+            samples_per_s=s.samples_per_s,
+            data_wait_fraction=s.data_wait_fraction,
+            uses_dataloader=s.uses_dataloader,
+            parts_ms=s.parts_ms,
+            comm_wait_ms=s.parts_ms["backward"] - fastest_backward,
+            own_ms=own[key],
+            score=own[key] / least,
+            host=s.host,
+        )
+        for key, s in ranks.items()
+    ]
+    return sorted(out, key=lambda m: (m.rank is None, m.rank, m.host or "", m.pid))
 
 
 def _parts_ms(steps: tuple[StepRecord, ...], loader: bool) -> dict[str, float]:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from gpudoctor.model import COUNTER_NAMES, GpuSample, HostSample, JobExit, StackChunk, StepRecord
 
 if TYPE_CHECKING:
-    from gpudoctor.diagnosis.ranks import RankMeasure
+    from gpudoctor.diagnosis.ranks import RankMeasure, RankSummary
 
 # Steps before this are warm-up (allocator growth, cuDNN autotuning, worker start-up,
 # compilation): excluded from the step measures. Whole runs shorter than
@@ -81,6 +81,8 @@ class Window:
     job_pids: frozenset[int] = frozenset()
     start_mono_ns: int = 0
     stacks: tuple[StackChunk, ...] = ()  # watch mode: py-spy's samples of the main thread
+    hostname: str | None = None  # this node
+    remote_ranks: tuple[RankSummary, ...] = ()  # the other nodes' ranks, as sent
 
     # -- steps -------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from gpudoctor import probe, run_folders
+from gpudoctor.diagnosis.ranks import RankSummary, rank_summaries
 from gpudoctor.jobs.source import Recorder
 from gpudoctor.model import EndedBy, JobExit
 from gpudoctor.output_log import OutputLog
@@ -27,11 +28,16 @@ from gpudoctor.sources.host import HostReader
 from gpudoctor.sources.nvml import NvmlReader
 from gpudoctor.sources.pages import read_pages
 from gpudoctor.sources.probe_server import ProbeServer
+from gpudoctor.sources.rendezvous import RankExchange, of_command
 from gpudoctor.store import Store, StoreError
 
 BOOT_DIR = Path(probe.__file__).resolve().parent / "boot"  # first on the job's PYTHONPATH
 # --max-seconds: SIGINT first (Python jobs unwind and flush), then these escalations.
 STOP_ESCALATION_S = ((10.0, signal.SIGTERM), (15.0, signal.SIGKILL))
+# A multi-node job's doctors trade their ranks' summaries this often (sources/rendezvous.py),
+# each over its ranks' recent steps.
+EXCHANGE_S = 2.0
+EXCHANGE_STEPS = 500
 
 
 class LaunchError(Exception):
@@ -61,8 +67,13 @@ class LaunchedJob(Recorder):
         output: IO[Any] | OutputLog | None = None,
         own_terminal: bool = False,
         extra_env: dict[str, str] | None = None,
+        exchange_ranks: bool = True,
     ) -> None:
         super().__init__(command, store, interval_s, max_seconds, nvml)
+        # a multi-node torchrun job: trade rank summaries with the other nodes' doctors
+        self.exchange_ranks = exchange_ranks
+        self.exchange: RankExchange | None = None
+        self._exchanged = 0.0
         # a log the doctor keeps (capped: rotated when full), or any file, or None
         self.output_log = output if isinstance(output, OutputLog) else None
         self.output = output.file if isinstance(output, OutputLog) else output
@@ -121,6 +132,10 @@ class LaunchedJob(Recorder):
         if self.output_log is not None:
             self.store.set_output(self.session_id, self.output_log.path)
             self._note_output()
+        rendezvous = of_command(self.command) if self.exchange_ranks else None
+        if rendezvous is not None:
+            host = self.timeline.hostname or "?"
+            self.exchange = RankExchange(rendezvous, f"{host}/{os.getpid()}", host)
 
     # -- the loop's parts (source.Recorder.run) -----------------------------------------------
 
@@ -161,6 +176,8 @@ class LaunchedJob(Recorder):
         self._read_pages()
         if self.output_log is not None and self.output_log.rotate_if_full():
             self._note_output()
+        if self.exchange is not None and time.monotonic() - self._exchanged >= EXCHANGE_S:
+            self._exchange_ranks(self.exchange)
         if not self.server.still_bound():  # removed by someone: made again
             assert self.session_id is not None
             self._handles_changed = True
@@ -169,6 +186,25 @@ class LaunchedJob(Recorder):
             self.store.add(self.session_id, "socket", t, {"t": t})
             self._drain()
         self._commit()
+
+    def _exchange_ranks(self, exchange: RankExchange) -> None:
+        """Send this node's ranks, take in the other nodes' (a record when they change)."""
+        assert self.session_id is not None
+        self._exchanged = time.monotonic()
+        window = self.timeline.window(max_steps=EXCHANGE_STEPS, max_samples=1)
+        counts = self.timeline.counted_steps()  # exact, not the recent rows measured
+        exchange.publish(
+            [{**s.as_dict(), "steps": counts.get(s.pid, s.steps)} for s in rank_summaries(window)]
+        )
+        for node, sent in exchange.received().items():
+            try:
+                ranks = tuple(RankSummary.from_dict(r) for r in sent.get("ranks", ()))
+            except (KeyError, TypeError, ValueError):
+                continue  # not a doctor's summary: left out
+            if ranks and self.timeline.remote_ranks.get(node) != ranks:
+                self.timeline.remote_ranks[node] = ranks
+                record = {"node": node, "ranks": [r.as_dict() for r in ranks]}
+                self.store.add(self.session_id, "ranks", time.monotonic_ns(), record)
 
     def _note_output(self) -> None:
         """Where the job's output is kept, and how often it was rotated (a record)."""
@@ -236,6 +272,9 @@ class LaunchedJob(Recorder):
         return job_exit
 
     def close(self) -> None:
+        if self.exchange is not None:
+            self.exchange.close()
+            self.exchange = None
         self.server.close()
         shutil.rmtree(self._dir, ignore_errors=True)
 

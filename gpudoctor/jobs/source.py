@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import selectors
+import socket
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -113,8 +114,9 @@ class Recorder(ABC):
         self._hangup_ns: int | None = None  # set from the main thread: see note_hangup
         self._handles_changed = False  # the kind of job's files changed: wait on the new
         self.timeline = Timeline(
-            command, time.time(), time.monotonic_ns(), gpu_reason=self.nvml.reason
-        )
+            command, time.time(), time.monotonic_ns(), gpu_reason=self.nvml.reason,
+            hostname=socket.gethostname(),
+        )  # fmt: skip
         self.session_id: int | None = None
         self.host: HostReader | None = None
         self.names = GpuProcessNames()

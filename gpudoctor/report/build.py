@@ -116,7 +116,10 @@ def build(timeline: Timeline, session_id: int | None, lang: str = "en") -> Repor
         profile=Profile.of(profile) if profile else None,
         notes=tuple(_notes(timeline, window) + ([MASKED_NOTE] if masked else [])),
         doctor=_doctor(timeline),
-        ranks=tuple(_rank(m, counts.get(m.pid, m.steps)) for m in window.ranks),
+        ranks=tuple(
+            _rank(m, counts.get(m.pid, m.steps) if m.host == window.hostname else m.steps)
+            for m in window.ranks
+        ),
     )
 
 
@@ -125,7 +128,7 @@ def _rank(m: RankMeasure, count: int) -> RankLine:
         rank=m.rank,
         local_rank=m.local_rank,
         pid=m.pid,
-        host=socket.gethostname(),  # one node's doctor sees its own node's ranks
+        host=m.host or socket.gethostname(),  # another node's, or this one's
         steps={
             "count": count,
             "median_ms": round(m.median_ms, 3),
@@ -368,6 +371,13 @@ def _notes(timeline: Timeline, w: Window) -> list[str]:
     limits = timeline.merged_facts().get("limits") or []
     for limit in limits:
         notes.append(f"The probe measured less: {limit}.")
+    if timeline.remote_ranks:
+        hosts = sorted({r.host or "?" for ranks in timeline.remote_ranks.values() for r in ranks})
+        notes.append(
+            f"Ranks on other nodes ({', '.join(hosts)}) are as their doctors last sent them "
+            "through the job's rendezvous store, every 2 s while it ran: their counts may "
+            "fall short of their last steps."
+        )
     if timeline.bad_messages:
         notes.append(
             f"{timeline.bad_messages} malformed messages on the probe socket were ignored."

@@ -116,7 +116,9 @@ def _idle_outside(w: Window, fraction: float) -> bool:
     blocked = sorted(
         h.main_blocked_fraction for h in w.steady_host if h.main_blocked_fraction is not None
     )
-    if len(blocked) < 3 or w.estimated:
+    # a distributed job's main thread also blocks inside the model's part (a CPU
+    # collective waiting for the other ranks): its blocked time is not the outside part's
+    if len(blocked) < 3 or w.estimated or w.facts.get("rank") is not None:
         return False
     return blocked[len(blocked) // 2] >= IDLE_SHARE_OF_OUTSIDE * fraction
 

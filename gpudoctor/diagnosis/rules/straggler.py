@@ -48,7 +48,7 @@ def evaluate(w: Window) -> Finding | None:
         severity="high" if waited >= 0.25 * step_ms else "medium",
         title="One rank is slower than the others, and they wait for it",
         evidence=(
-            f"rank {_name(slow)} does {slow.own_ms:.1f} ms of its own work a step against "
+            f"rank {_name(slow, len({r.host for r in ranks}))} does {slow.own_ms:.1f} ms of its own work a step against "
             f"{middle:.1f} ms for the other {len(others)} (median), "
             f"{slow.own_ms / middle:.2f}x, {extra:.1f} ms more in {_words(part, slow)}; "
             f"{_names(others)} {waited:.1f} ms a step for it "
@@ -80,8 +80,9 @@ def _words(part: str, r: RankMeasure) -> str:
     return PART_WORDS[part]
 
 
-def _name(r: RankMeasure) -> str:
-    return f"{r.rank} (pid {r.pid})" if r.rank is not None else f"pid {r.pid}"
+def _name(r: RankMeasure, nodes: int = 1) -> str:
+    where = f" on {r.host}" if r.host and nodes > 1 else ""  # ranks on several nodes
+    return f"{r.rank} (pid {r.pid}{where})" if r.rank is not None else f"pid {r.pid}{where}"
 
 
 def _names(ranks: list[RankMeasure]) -> str:
