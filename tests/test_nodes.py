@@ -5,9 +5,12 @@ straggler is named from the other node."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 import subprocess
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -95,3 +98,86 @@ def test_without_the_exchange_each_doctor_sees_its_own_node(tmp_path: Path) -> N
     # one rank a node: nothing to compare, and nothing of the other node
     assert node0["ranks"] == [] and node1["ranks"] == []
     assert not any("Ranks on other nodes" in n for n in node0["notes"])
+
+
+LONG_DDP = """
+import os, sys, torch, torch.distributed as dist, torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("gloo")
+torch.set_num_threads(1)
+model = DDP(nn.Linear(64, 8))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(int(sys.argv[1])):
+    loss = model(torch.randn(16, 64)).pow(2).mean()
+    opt.zero_grad(); loss.backward(); opt.step()
+    if step == 30:
+        print("training", flush=True)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def start_nodes(tmp_path: Path, steps: int) -> list[tuple[subprocess.Popen[str], Path]]:
+    script = tmp_path / "long.py"
+    script.write_text(LONG_DDP)
+    port = free_port()
+    runs = []
+    for node in (0, 1):
+        report = tmp_path / f"node{node}.json"
+        command = [
+            PY, "-m", "gpudoctor", "--store", str(tmp_path / f"node{node}.db"), "run",
+            "--headless", "--report", str(report), "--",
+            TORCHRUN, "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "1",
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+            "--rdzv-id", "nodes-kill", str(script), str(steps),
+        ]  # fmt: skip
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        runs.append((proc, report))
+    for proc, _ in runs:  # both ranks are training
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.strip() == "training":
+                break
+    # and each doctor has taken in the other node's ranks (a record in its store)
+    deadline = time.monotonic() + 60
+    for node in (0, 1):
+        while not traded(tmp_path / f"node{node}.db"):
+            assert time.monotonic() < deadline, f"node {node}'s doctor never heard of the other"
+            time.sleep(0.2)
+    return runs
+
+
+def traded(store: Path) -> bool:
+    with contextlib.closing(sqlite3.connect(store, timeout=5)) as db:
+        return db.execute("SELECT 1 FROM records WHERE kind='ranks' LIMIT 1").fetchone() is not None
+
+
+def test_a_node_whose_doctor_is_killed_leaves_the_other_node_unharmed(tmp_path: Path) -> None:
+    """SIGKILL to node 1's doctor: its job trains on (node 0's job can only finish with
+    it), its helper leaves, and node 0's doctor reports both ranks as last sent."""
+    (zero, report0), (one, _) = start_nodes(tmp_path, 3000)
+    one.kill()
+    one.wait()
+    _, err = zero.communicate(timeout=240)
+    assert zero.returncode == 0, err[-3000:]
+    report = json.loads(report0.read_text())
+    assert report["ended_by"] == "exit" and [r["rank"] for r in report["ranks"]] == [0, 1]
+    assert subprocess.run(["pgrep", "-f", "rendezvous_helper.*nodes-kill"]).returncode == 1
+
+
+def test_a_node_whose_job_ends_early_does_not_hang_the_other_doctor(tmp_path: Path) -> None:
+    """Node 0's torchrun (the rendezvous store's host) and its rank are killed mid-run:
+    node 1's rank fails, and its doctor ends with the job, reporting how it ended."""
+    (zero, report0), (one, report1) = start_nodes(tmp_path, 100_000)
+    launcher = subprocess.run(
+        ["pgrep", "-P", str(zero.pid), "-f", "torchrun"], capture_output=True, text=True
+    ).stdout.split()
+    assert len(launcher) == 1
+    worker = subprocess.run(["pgrep", "-P", launcher[0]], capture_output=True, text=True).stdout
+    subprocess.run(["kill", "-9", launcher[0], *worker.split()], check=True)
+    _, err = one.communicate(timeout=120)
+    assert one.returncode not in (0, None), err[-3000:]
+    report = json.loads(report1.read_text())
+    assert report["exit_code"] == one.returncode and report["steps"]["count"] > 30
+    zero.communicate(timeout=60)
+    assert json.loads(report0.read_text())["exit_code"] == 137
