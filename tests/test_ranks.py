@@ -114,3 +114,48 @@ def test_a_single_process_job_has_no_ranks(tmp_path: Path) -> None:
     )
     _, report = run_job(tmp_path, script)
     assert report["ranks"] == [] and report["steps"]["count"] == 20
+
+
+FSDP = """
+    import os, sys, time, torch, torch.distributed as dist, torch.nn as nn
+    from torch.distributed.fsdp import fully_shard
+    dist.init_process_group("gloo")
+    rank = int(os.environ["RANK"])
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
+                          nn.Linear(256, 10))
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer)
+    fully_shard(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    slow_rank, extra_s = int(sys.argv[1]), float(sys.argv[2])
+    for step in range(200):
+        x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))
+        if rank == slow_rank:
+            end = time.perf_counter() + extra_s
+            while time.perf_counter() < end:
+                pass
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad(); loss.backward(); opt.step()
+    dist.barrier()
+    dist.destroy_process_group()
+"""
+
+
+def test_fsdp_ranks_wait_in_forward_and_the_slow_one_is_named(tmp_path: Path) -> None:
+    """FSDP (fully_shard) gathers each layer's parameters as forward begins: the rank
+    that is ahead waits there, not only in backward as in DDP."""
+    script = tmp_path / "fsdp.py"
+    script.write_text(textwrap.dedent(FSDP))
+    proc, report = run_job(
+        tmp_path, TORCHRUN, "--standalone", "--nproc_per_node", "2", str(script), "1", "0.012"
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    fast, slow = report["ranks"]
+    assert fast["parts_ms"]["forward"] > slow["parts_ms"]["forward"] + 5  # the wait is there
+    assert 6.0 < fast["comm_wait_ms"] < 20.0 and slow["comm_wait_ms"] == 0.0
+    assert finding_ids(report)[0] == "straggler"
+    evidence = report["findings"][0]["evidence"]
+    assert evidence.startswith(f"rank 1 (pid {slow['pid']})") and "host code" in evidence

@@ -8,9 +8,15 @@ does see, on every rank, is where each step's time went (data, host code, forwar
 backward, optimizer). The ranks wait inside backward: the rank that arrives last at
 the all-reduce waits least, and every other rank's backward is longer by the time it
 waited. A rank's wait is therefore its backward beyond the shortest backward of any
-rank, and its own work is its step less that wait. This holds for gloo and NCCL alike
-(it needs no access to the collective); it does not see a wait the ranks all share
-(a collective that is slow for everyone), which reads as backward for all of them.
+rank, and its own work is its step less that wait. FSDP gathers each layer's
+parameters at the start of forward too, so there the ranks that arrive early wait in
+forward: a rank's wait is the larger of its backward beyond the shortest backward and
+its forward and backward together beyond the shortest of those (a rank whose own
+compute is slower has the longest model time, and waits least). This holds for gloo
+and NCCL alike (it needs no access to the collective); it does not see a wait the
+ranks all share (a collective that is slow for everyone), which reads as model time
+for all of them, nor a rank slower in FSDP's compute (the per-layer gathers pace every
+rank to it).
 """
 
 from __future__ import annotations
@@ -115,10 +121,12 @@ def compare(summaries: list[RankSummary]) -> list[RankMeasure]:
     if len(ranks) < 2:
         return []
     fastest_backward = min(s.parts_ms["backward"] for s in ranks.values())
-    own = {
-        key: max(0.0, s.detailed_median_ms - (s.parts_ms["backward"] - fastest_backward))
+    fastest_model = min(_model(s) for s in ranks.values())
+    waits = {
+        key: max(s.parts_ms["backward"] - fastest_backward, _model(s) - fastest_model)
         for key, s in ranks.items()
     }
+    own = {key: max(0.0, s.detailed_median_ms - waits[key]) for key, s in ranks.items()}
     least = min(own.values()) or 1e-9
     out = [
         RankMeasure(
@@ -132,7 +140,7 @@ def compare(summaries: list[RankSummary]) -> list[RankMeasure]:
             data_wait_fraction=s.data_wait_fraction,
             uses_dataloader=s.uses_dataloader,
             parts_ms=s.parts_ms,
-            comm_wait_ms=s.parts_ms["backward"] - fastest_backward,
+            comm_wait_ms=waits[key],
             own_ms=own[key],
             score=own[key] / least,
             host=s.host,
@@ -140,6 +148,11 @@ def compare(summaries: list[RankSummary]) -> list[RankMeasure]:
         for key, s in ranks.items()
     ]
     return sorted(out, key=lambda m: (m.rank is None, m.rank, m.host or "", m.pid))
+
+
+def _model(s: RankSummary) -> float:
+    """Forward and backward: where DDP (backward) and FSDP (forward too) collectives wait."""
+    return s.parts_ms["forward"] + s.parts_ms["backward"]
 
 
 def _parts_ms(steps: tuple[StepRecord, ...], loader: bool) -> dict[str, float]:
