@@ -75,8 +75,15 @@ def test_a_balanced_job_with_real_compute_has_no_medium_or_high_finding(tmp_path
         str(SAMPLES / "ddp_straggler.py"), "--extra-ms", "0", "--batch-size", "2048",
         "--steps", "120",
     )  # fmt: skip
-    assert len(report["ranks"]) == 2 and all(r["score"] < 1.5 for r in report["ranks"])
-    assert finding_ids(report, "medium", "high") == []
+    assert len(report["ranks"]) == 2
+    loud = finding_ids(report, "medium", "high")
+    if not any(f["id"] == "noisy-neighbour" for f in report["findings"]):
+        assert all(r["score"] < 1.5 for r in report["ranks"]) and loud == []
+    else:  # a shared machine: a rank the others' processes crowd falls behind, said so
+        assert set(loud) <= {"straggler"}, report["findings"]
+        for f in report["findings"]:
+            if f["id"] == "straggler":
+                assert "(noisy-neighbour)" in f["evidence"]
 
 
 COMM = """

@@ -3,6 +3,8 @@ just below its threshold or without its signal."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from windows import JOB_PID, cuda_facts, gpus, host, oom_exit, steps, window
 
@@ -407,6 +409,17 @@ def test_straggler_names_the_rank_the_others_wait_for_and_its_cause() -> None:
     # every rank's step takes as long: wall time alone cannot tell (the old rule's way)
     assert straggler.evaluate(ddp_window(slow_host_ms=0.0)) is None  # balanced
     assert straggler.evaluate(ddp_window(slow_host_ms=0.3)) is None  # within the noise
+
+
+def test_a_straggler_on_a_crowded_machine_says_so() -> None:
+    crowded = dataclasses.replace(
+        ddp_window(slow_host_ms=12.0), host=host(run_delay=0.4, others_cores=1.0, others=(BURNER,))
+    )
+    finding = straggler.evaluate(crowded)
+    assert finding is not None and finding.evidence.startswith("rank 1 (pid 101)")
+    assert "(noisy-neighbour): a rank they crowd falls behind" in finding.evidence
+    quiet = straggler.evaluate(ddp_window(slow_host_ms=12.0))
+    assert quiet is not None and "noisy-neighbour" not in quiet.evidence
 
 
 def test_a_healthy_window_has_no_findings() -> None:

@@ -175,6 +175,7 @@ def test_a_crashed_job_is_shown_and_q_restores_the_terminal(tmp_path: Path) -> N
         close(name, tmp_path)
 
 
+@pytest.mark.timeout(420)  # seven tries, each a fresh process: minutes on a busy machine
 def test_tune_on_a_terminal_shows_progress_and_the_result(tmp_path: Path) -> None:
     name = f"gpudoctor-tune-{tmp_path.name}"
     job = f"{PY} {ROOT / 'tests' / 'jobs' / 'oom_above.py'} --fits-up-to 48"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import statistics
 
 from gpudoctor.diagnosis.ranks import RankMeasure
+from gpudoctor.diagnosis.rules.noisy_neighbour import contended
 from gpudoctor.diagnosis.window import Window
 from gpudoctor.model import Finding
 
@@ -41,6 +42,14 @@ def evaluate(w: Window) -> Finding | None:
     if middle <= 0 or slow.own_ms <= RATIO * middle or waited < MIN_WAIT_SHARE * step_ms:
         return None
     part, extra = _where(slow, others)
+    hosts = [h for h in w.steady_host if h.job_run_delay_fraction is not None]
+    crowded = hosts and 2 * sum(contended(h) for h in hosts) >= len(hosts)
+    crowd = (
+        " Other processes took the cores the job waited for through most of this time "
+        "(noisy-neighbour): a rank they crowd falls behind, whatever its own code."
+        if crowded
+        else ""
+    )
     # what-if: the job's step if the slow rank's own work were the median rank's
     faster = step_ms / max(1e-9, step_ms - (slow.own_ms - middle))
     return Finding(
@@ -48,12 +57,13 @@ def evaluate(w: Window) -> Finding | None:
         severity="high" if waited >= 0.25 * step_ms else "medium",
         title="One rank is slower than the others, and they wait for it",
         evidence=(
-            f"rank {_name(slow, len({r.host for r in ranks}))} does {slow.own_ms:.1f} ms of its own work a step against "
+            f"rank {_name(slow, len({r.host for r in ranks}))} does {slow.own_ms:.1f} ms of "
+            "its own work a step against "
             f"{middle:.1f} ms for the other {len(others)} (median), "
             f"{slow.own_ms / middle:.2f}x, {extra:.1f} ms more in {_words(part, slow)}; "
             f"{_names(others)} {waited:.1f} ms a step for it "
             f"({waited / step_ms:.0%} of the step); the job would run about "
-            f"{faster:.2f}x as fast if it kept up."
+            f"{faster:.2f}x as fast if it kept up.{crowd}"
         ),
         remedies=(),
         estimated_gain=round(1 - 1 / faster, 3),
