@@ -126,25 +126,18 @@ def _host(s: Snapshot) -> Iterator[GaugeMetricFamily]:
     h = s.host
     if h is None:
         return
-    job = GaugeMetricFamily(
-        "gpudoctor_job_cpu_cores", "Cores' worth of CPU the job's processes use"
-    )
-    job.add_metric([], h.job_cpu_cores)
-    yield job
-    if h.others_cpu_cores is not None:
-        others = GaugeMetricFamily(
-            "gpudoctor_others_cpu_cores",
-            "Cores busy with processes other than the job and the doctor (and steal)",
-        )
-        others.add_metric([], h.others_cpu_cores)
-        yield others
-    if h.job_run_delay_fraction is not None:
-        delay = GaugeMetricFamily(
-            "gpudoctor_job_run_delay_ratio",
-            "Share of the job's runnable time its threads waited for a core",
-        )
-        delay.add_metric([], h.job_run_delay_fraction)
-        yield delay
+    for name, doc, value in (
+        ("gpudoctor_job_cpu_cores", "Cores' worth of CPU the job's processes use",
+         h.job_cpu_cores),
+        ("gpudoctor_others_cpu_cores",
+         "Cores busy with processes other than the job and the doctor (and steal)",
+         h.others_cpu_cores),
+        ("gpudoctor_job_run_delay_ratio",
+         "Share of the job's runnable time its threads waited for a core",
+         h.job_run_delay_fraction),
+    ):  # fmt: skip
+        if value is not None:
+            yield GaugeMetricFamily(name, doc, value=value)
 
 
 def serve(address: str) -> RunCollector:

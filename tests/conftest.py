@@ -70,6 +70,11 @@ def run_job(
     return proc, json.loads(report.read_text())
 
 
+def top_finding(report: dict[str, Any]) -> dict[str, Any]:
+    """The job's top finding (noisy-neighbour aside, as in finding_ids)."""
+    return next(f for f in report["findings"] if f["id"] != "noisy-neighbour")
+
+
 def finding_ids(report: dict[str, Any], *severities: str) -> list[str]:
     """The job's findings in rank order (of these severities, when named), less
     noisy-neighbour: that one is the machine's, which a shared machine (CI's too) may

@@ -48,22 +48,40 @@ def test_the_rendezvous_store_is_read_from_torchruns_options(
     assert of_command(argv) == expected
 
 
+def report_of(tmp_path: Path, node: int) -> Path:
+    return tmp_path / f"node{node}.json"
+
+
+def node_command(
+    tmp_path: Path, node: int, port: int, doctor_args: tuple[str, ...], *job: str
+) -> list[str]:
+    """One node's torchrun (one rank) under its own doctor, meeting the other at a c10d
+    rendezvous on this machine."""
+    return [
+        PY, "-m", "gpudoctor", "--store", str(tmp_path / f"node{node}.db"), "run",
+        "--headless", "--report", str(report_of(tmp_path, node)), *doctor_args, "--",
+        TORCHRUN, "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "1",
+        "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+        "--rdzv-id", f"nodes-{tmp_path.name}", *job,
+    ]  # fmt: skip
+
+
 def two_nodes(tmp_path: Path, *doctor_args: str) -> list[dict]:  # type: ignore[type-arg]
     """Node 0 and node 1, one rank each, rank 1 doing 12 ms of extra host work a step."""
     script = tmp_path / "ddp.py"
-    script.write_text(textwrap.dedent(DDP).replace("range(3)", "range(4)"))
+    # 12 epochs (768 steps, 10 s or more): time for the doctors to trade, each 2 s, once
+    # their helpers are up and each rank has its first steady steps, on a busy machine too
+    script.write_text(textwrap.dedent(DDP).replace("range(3)", "range(12)"))
     port = free_port()
     runs = []
     for node in (0, 1):
-        report = tmp_path / f"node{node}.json"
-        command = [
-            PY, "-m", "gpudoctor", "--store", str(tmp_path / f"node{node}.db"), "run",
-            "--headless", "--report", str(report), *doctor_args, "--",
-            TORCHRUN, "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "1",
-            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
-            "--rdzv-id", "nodes-test", str(script), "1", "0.012",
-        ]  # fmt: skip
-        runs.append((subprocess.Popen(command, stderr=subprocess.PIPE, text=True), report))
+        command = node_command(tmp_path, node, port, doctor_args, str(script), "1", "0.012")
+        runs.append(
+            (
+                subprocess.Popen(command, stderr=subprocess.PIPE, text=True),
+                report_of(tmp_path, node),
+            )
+        )
     reports = []
     for proc, report in runs:
         _, err = proc.communicate(timeout=240)
@@ -76,21 +94,30 @@ def test_each_nodes_doctor_sees_every_rank_and_names_the_straggler_on_the_other(
     tmp_path: Path,
 ) -> None:
     node0, node1 = two_nodes(tmp_path)
+    pids = set()
     for report in (node0, node1):
         assert [r["rank"] for r in report["ranks"]] == [0, 1], report["ranks"]
-        assert len({r["pid"] for r in report["ranks"]}) == 2
-    # node 0's doctor: its own rank 0 waits in the all-reduce for rank 1, on the other node
-    theirs = {r["rank"]: r for r in node1["ranks"]}
-    own = {r["rank"]: r for r in node0["ranks"]}
-    assert own[1]["pid"] == theirs[1]["pid"] and own[0]["pid"] == theirs[0]["pid"]
-    assert own[0]["steps"]["count"] == 256  # 4 epochs of 64 batches: its own, exact
-    assert own[1]["steps"]["count"] > 20  # as node 1's doctor last sent it
-    assert own[0]["comm_wait_ms"] > 6.0 and own[1]["own_ms"] > 2 * own[0]["own_ms"]
-    assert finding_ids(node0)[0] == "straggler"
-    straggler = next(f for f in node0["findings"] if f["id"] == "straggler")
-    assert straggler["evidence"].startswith(f"rank 1 (pid {own[1]['pid']})")
-    assert any("Ranks on other nodes" in n for n in node0["notes"])
-    assert finding_ids(node1)[0] == "straggler"  # node 1's doctor says the same of its own
+        pids.add(tuple(r["pid"] for r in report["ranks"]))
+        # the rendezvous deals the ranks out: each node holds one, its doctor counts it
+        # exactly; the other's count is as its doctor last sent it
+        (mine,) = report["probe"]["stepping_processes"]
+        local = next(r for r in report["ranks"] if r["pid"] == mine)
+        remote = next(r for r in report["ranks"] if r["pid"] != mine)
+        assert local["steps"]["count"] == 768  # 12 epochs of 64 batches
+        assert 20 < remote["steps"]["count"] <= 768
+        assert any("Ranks on other nodes" in n for n in report["notes"])
+        # rank 1 does 12 ms more host work a step; rank 0 waits for it in the all-reduce
+        fast, slow = report["ranks"]
+        assert fast["comm_wait_ms"] > 6.0 and slow["own_ms"] > 2 * fast["own_ms"]
+        assert finding_ids(report)[0] == "straggler"
+        straggler = next(f for f in report["findings"] if f["id"] == "straggler")
+        assert straggler["evidence"].startswith(f"rank 1 (pid {slow['pid']})")
+    assert len(pids) == 1  # both doctors saw the same two processes as the same ranks
+    # one of the two doctors named the straggler from the other node's summary
+    assert {
+        node0["probe"]["stepping_processes"][0],
+        node1["probe"]["stepping_processes"][0],
+    } == set(pids.pop())
 
 
 def test_without_the_exchange_each_doctor_sees_its_own_node(tmp_path: Path) -> None:
@@ -123,16 +150,9 @@ def start_nodes(tmp_path: Path, steps: int) -> list[tuple[subprocess.Popen[str],
     port = free_port()
     runs = []
     for node in (0, 1):
-        report = tmp_path / f"node{node}.json"
-        command = [
-            PY, "-m", "gpudoctor", "--store", str(tmp_path / f"node{node}.db"), "run",
-            "--headless", "--report", str(report), "--",
-            TORCHRUN, "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "1",
-            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
-            "--rdzv-id", "nodes-kill", str(script), str(steps),
-        ]  # fmt: skip
+        command = node_command(tmp_path, node, port, (), str(script), str(steps))
         proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        runs.append((proc, report))
+        runs.append((proc, report_of(tmp_path, node)))
     for proc, _ in runs:  # both ranks are training
         assert proc.stdout is not None
         for line in proc.stdout:
@@ -162,7 +182,8 @@ def test_a_node_whose_doctor_is_killed_leaves_the_other_node_unharmed(tmp_path: 
     assert zero.returncode == 0, err[-3000:]
     report = json.loads(report0.read_text())
     assert report["ended_by"] == "exit" and [r["rank"] for r in report["ranks"]] == [0, 1]
-    assert subprocess.run(["pgrep", "-f", "rendezvous_helper.*nodes-kill"]).returncode == 1
+    helper = f"rendezvous_helper.*nodes-{tmp_path.name}"
+    assert subprocess.run(["pgrep", "-f", helper]).returncode == 1
 
 
 def test_a_node_whose_job_ends_early_does_not_hang_the_other_doctor(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PY, SAMPLES, finding_ids, run_job
+from conftest import PY, SAMPLES, finding_ids, run_job, top_finding
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -64,7 +64,7 @@ def test_the_rank_the_others_wait_for_is_named_with_its_cause(tmp_path: Path) ->
     assert slow["own_ms"] > 2 * fast["own_ms"] and slow["score"] > 2
     assert 9.0 < slow["parts_ms"]["host"] < 20.0
     assert finding_ids(report)[0] == "straggler"
-    evidence = report["findings"][0]["evidence"]
+    evidence = top_finding(report)["evidence"]
     assert evidence.startswith(f"rank 1 (pid {slow['pid']})") and "more in host code" in evidence
     assert "rank 0 waits" in evidence
 
@@ -108,7 +108,7 @@ def test_a_job_whose_all_reduce_dominates_is_comm_bound(tmp_path: Path) -> None:
     script.write_text(textwrap.dedent(COMM))
     _, report = run_job(tmp_path, TORCHRUN, "--standalone", "--nproc_per_node", "2", str(script))
     assert finding_ids(report)[0] == "comm-bound"
-    top = report["findings"][0]
+    top = top_finding(report)
     assert top["severity"] == "high" and "straggler" not in finding_ids(report)
     assert [r["id"] for r in top["remedies"]] == ["ddp-no-sync", "ddp-bf16-compress", "ddp-buckets"]
 
@@ -162,7 +162,8 @@ def test_fsdp_ranks_wait_in_forward_and_the_slow_one_is_named(tmp_path: Path) ->
     assert proc.returncode == 0, proc.stderr[-3000:]
     fast, slow = report["ranks"]
     assert fast["parts_ms"]["forward"] > slow["parts_ms"]["forward"] + 5  # the wait is there
-    assert 6.0 < fast["comm_wait_ms"] < 20.0 and slow["comm_wait_ms"] == 0.0
+    # the slow rank waits for nobody: only its backward's noise against the other's
+    assert 6.0 < fast["comm_wait_ms"] < 20.0 and slow["comm_wait_ms"] < 1.0
     assert finding_ids(report)[0] == "straggler"
-    evidence = report["findings"][0]["evidence"]
+    evidence = top_finding(report)["evidence"]
     assert evidence.startswith(f"rank 1 (pid {slow['pid']})") and "host code" in evidence

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLES, busy_neighbours, finding_ids, run_job
+from conftest import SAMPLES, busy_neighbours, finding_ids, run_job, top_finding
 
 TOP_FINDING = {
     "dataloader_bound": "input-bound",
@@ -87,13 +87,13 @@ def test_out_of_memory_counts_the_steps_before_the_crash(tmp_path: Path) -> None
     assert finding_ids(report)[0] == "out-of-memory"
     assert report["ended_by"] == "oom" and report["exit_code"] == 1
     assert report["steps"]["count"] == 30
-    assert "DefaultCPUAllocator" in report["findings"][0]["evidence"]
+    assert "DefaultCPUAllocator" in top_finding(report)["evidence"]
     assert "Traceback" in proc.stderr  # the job's own traceback, on its own stderr
 
 
 def test_input_bound_remedy_uses_the_scripts_own_flag(tmp_path: Path) -> None:
     _, report = run_job(tmp_path, SAMPLES / "dataloader_bound.py", "--steps", "120")
-    top = report["findings"][0]
+    top = top_finding(report)
     assert top["remedies"][0]["id"] == "more-workers"
     assert "--num-workers" in top["remedies"][0]["how"]
     assert report["facts"]["dataloaders"][0]["num_workers"] == 0

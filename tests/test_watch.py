@@ -16,7 +16,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import PY, ROOT, SAMPLES, doctor, env_without_probe, finding_ids, wait_for
+from conftest import (
+    PY,
+    ROOT,
+    SAMPLES,
+    doctor,
+    env_without_probe,
+    finding_ids,
+    top_finding,
+    wait_for,
+)
 from nvml_replay import ReplayNvml
 
 from gpudoctor.app.follow import Follower
@@ -91,7 +100,7 @@ def test_watching_a_dataloader_bound_job_finds_input_bound_and_leaves_it_running
     report = json.loads(report_path.read_text())
     assert report["mode"] == "watch" and report["watched_pid"] == proc.pid
     assert finding_ids(report)[0] == "input-bound"
-    top = report["findings"][0]
+    top = top_finding(report)
     assert top["severity"] == "high" and top["confidence"] == "estimated"
     assert "py-spy" in top["evidence"]
     assert {"data_wait_fraction", "split"} <= set(report["estimated"])
