@@ -169,9 +169,10 @@ def host_lines(h: HostSample, width: int, core_rows: int = 4) -> list[tuple[str,
                 band(h.cpu_pct),
             )
         )
+    out.append((f"load {h.load_1m:.2f}   iowait {pct(h.iowait_pct, 1)}", ""))
     others = h.others_cpu_cores
-    taken = f"   others {others:.1f} cores" if others is not None and others >= 0.25 else ""
-    out.append((f"load {h.load_1m:.2f}   iowait {pct(h.iowait_pct, 1)}{taken}", ""))
+    if others is not None and others >= 0.25:  # as the host reader starts naming them
+        out.append((f"others {others:.1f} cores", ""))
     mem_pct = h.mem_used_bytes / h.mem_total_bytes * 100 if h.mem_total_bytes else None
     out.append(
         (f"mem  {bar((mem_pct or 0) / 100, 6)} {gib(h.mem_used_bytes)} / {gib(h.mem_total_bytes)}",
