@@ -128,7 +128,7 @@ def test_without_the_exchange_each_doctor_sees_its_own_node(tmp_path: Path) -> N
 
 
 LONG_DDP = """
-import os, sys, torch, torch.distributed as dist, torch.nn as nn
+import os, sys, time, torch, torch.distributed as dist, torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 dist.init_process_group("gloo")
 torch.set_num_threads(1)
@@ -137,6 +137,7 @@ opt = torch.optim.SGD(model.parameters(), lr=0.01)
 for step in range(int(sys.argv[1])):
     loss = model(torch.randn(16, 64)).pow(2).mean()
     opt.zero_grad(); loss.backward(); opt.step()
+    time.sleep(0.005)  # ~5 ms a step: 3000 steps outlast the doctors' first trade
     if step == 30:
         print("training", flush=True)
 dist.barrier()
