@@ -119,7 +119,8 @@ def arm_of(
     batches = [s.batch_size for s in w.detailed_steps if s.batch_size]
     exit_ = timeline.exit
     hosts = list(timeline.host)
-    after = [_sample_after(hosts, s.t_end_mono_ns) for s in steady]
+    times = [h.t_mono_ns for h in hosts]
+    after = [_sample_after(hosts, times, s.t_end_mono_ns) for s in steady]
     busy = tuple(h is not None and contended(h) for h in after)
     crowded = [h for h, b in zip(after, busy, strict=True) if b and h is not None]
     return Arm(
@@ -136,9 +137,10 @@ def arm_of(
     )
 
 
-def _sample_after(hosts: list[HostSample], t_ns: int) -> HostSample | None:
-    """The host sample whose interval holds the moment `t_ns` (the first at or after it)."""
-    i = bisect.bisect_left([h.t_mono_ns for h in hosts], t_ns)
+def _sample_after(hosts: list[HostSample], times: list[int], t_ns: int) -> HostSample | None:
+    """The host sample whose interval holds the moment `t_ns` (the first at or after it;
+    `times`: the samples' times, in order)."""
+    i = bisect.bisect_left(times, t_ns)
     return hosts[i] if i < len(hosts) else None
 
 
