@@ -175,6 +175,42 @@ class StackChunk:
         return sum(self.samples.values())
 
 
+# One line of a HotspotChunk: where ("main" or "workers"), file, line, function, what
+# the sample was in (stacks.classify's class for the main thread, "worker" for a
+# DataLoader worker), samples in the all-threads run, samples in the busy-only run,
+# and the source line itself ("" when it could not be read).
+HotspotLine = tuple[str, str, int, str, str, int, int, str]
+
+
+@dataclass(frozen=True)
+class HotspotChunk:
+    """py-spy's samples over a few seconds of the job's main thread and of its
+    DataLoader workers, by the line of the user's own code they were in (library
+    frames folded into their caller in the user's code: sources/hotspots.py).
+
+    Two py-spy runs sample side by side: one every thread whatever its state
+    (`rate_hz`), one only threads on a CPU (`busy_rate_hz`): a line's busy share is
+    the second's, its idle share the rest. `main_total` and `workers_total` count
+    the first run's samples of each (lines with no user frame included)."""
+
+    t_start_mono_ns: int
+    t_end_mono_ns: int
+    pid: int
+    rate_hz: float
+    busy_rate_hz: float
+    main_total: int
+    workers_total: int
+    lines: tuple[HotspotLine, ...] = ()
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> HotspotChunk:
+        lines = tuple(
+            (str(w), str(f), int(n), str(fn), str(c), int(a), int(b), str(t))
+            for w, f, n, fn, c, a, b, t in d.get("lines", ())
+        )
+        return cls(**{**d, "lines": lines})
+
+
 @dataclass(frozen=True)
 class JobFacts:
     """What the probe audited in one process of the job (merged over its life)."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudoctor.diagnosis.engine import diagnose
+from gpudoctor.diagnosis.hotspots import Hotspots
 from gpudoctor.diagnosis.ranks import RankMeasure
 from gpudoctor.diagnosis.window import percentile
 from gpudoctor.model import Finding, GpuSample, HostSample, JobExit
@@ -52,6 +53,7 @@ class Snapshot:
     stack_samples: int = 0  # watch mode: py-spy's samples of the main thread
     store_trouble: str | None = None  # why the store cannot be written now (kept in memory)
     ranks: tuple[RankMeasure, ...] = ()  # a distributed job's ranks, each measured alone
+    hotspots: Hotspots | None = None  # the lines of the user's code (py-spy's samples)
 
     @property
     def running(self) -> bool:
@@ -107,6 +109,7 @@ def take(
         stack_samples=w.stack_total,
         store_trouble=timeline.store_trouble() if until_ns is None else None,
         ranks=w.ranks,
+        hotspots=w.hotspots,
     )
 
 

@@ -25,6 +25,7 @@ from gpudoctor.model import (
     GpuProcess,
     GpuSample,
     HostSample,
+    HotspotChunk,
     JobExit,
     OtherProcess,
     ProcSample,
@@ -396,6 +397,8 @@ def apply_record(timeline: Timeline, kind: str, data: Any) -> None:
         timeline.gpus.extend(decode_gpu(g) for g in data)
     elif kind == "stacks":
         timeline.stacks.append(StackChunk(**data))
+    elif kind == "hotspots":
+        timeline.hotspots.append(HotspotChunk.from_dict(data))
     elif kind == "watch":
         timeline.watched_pid = int(data["pid"])
         timeline.facts.setdefault(timeline.watched_pid, {}).update(data.get("facts", {}))

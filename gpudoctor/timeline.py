@@ -14,7 +14,7 @@ from typing import Any
 
 from gpudoctor.diagnosis.ranks import RankSummary
 from gpudoctor.diagnosis.window import Window
-from gpudoctor.model import GpuSample, HostSample, JobExit, StackChunk, StepRecord
+from gpudoctor.model import GpuSample, HostSample, HotspotChunk, JobExit, StackChunk, StepRecord
 from gpudoctor.probe import protocol
 
 BATCH = protocol.STEP_FIELDS.index("batch_size")
@@ -64,6 +64,8 @@ class Timeline:
     # watch mode: the attached process (no probe inside it) and its stack chunks
     watched_pid: int | None = None
     stacks: deque[StackChunk] = field(default_factory=_samples)
+    # run mode: py-spy's samples by the line of the user's code (sources/hotspots.py)
+    hotspots: deque[HotspotChunk] = field(default_factory=_samples)
     # the node the doctor ran on, and the other nodes' ranks as their doctors last sent
     # them (a multi-node job: sources/rendezvous.py), by node
     hostname: str | None = None
@@ -196,6 +198,7 @@ class Timeline:
         gauge_cap = None if max_samples is None else RECENT_GAUGES
         gauges = _recent(self.gauges, gauge_cap, until_ns, _gauge_time)
         stacks = _recent(self.stacks, max_samples, until_ns, _chunk_end)
+        lines = _recent(self.hotspots, max_samples, until_ns, _chunk_end)
         job_pids = {p.pid for h in host for p in h.job} | set(self.facts) | set(self.steps)
         if until_ns is None:
             step_count = self.total_steps()
@@ -215,6 +218,7 @@ class Timeline:
             job_pids=frozenset(job_pids),
             start_mono_ns=self.start_mono_ns,
             stacks=stacks,
+            hotspot_chunks=lines,
             hostname=self.hostname,
             remote_ranks=tuple(r for ranks in self.remote_ranks.values() for r in ranks),
         )
@@ -230,7 +234,7 @@ def _step_end(s: StepRecord) -> int:
     return s.t_end_mono_ns
 
 
-def _chunk_end(c: StackChunk) -> int:
+def _chunk_end(c: StackChunk | HotspotChunk) -> int:
     return c.t_end_mono_ns
 
 

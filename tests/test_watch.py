@@ -105,7 +105,8 @@ def test_watching_a_dataloader_bound_job_finds_input_bound_and_leaves_it_running
     assert "py-spy" in top["evidence"]
     assert {"data_wait_fraction", "split"} <= set(report["estimated"])
     assert report["steps"]["data_wait_fraction"] > 0.4
-    assert report["steps"]["stack_samples"] >= 200  # 20 s at 20 Hz, less start-ups
+    # 20 s at 15 Hz (the other 5 Hz sample busy threads only), less start-ups
+    assert report["steps"]["stack_samples"] >= 150
     # the loop's `step` counter, read twice, gives a rate; this job makes tens a second
     assert report["steps"]["steps_per_s"] and report["steps"]["steps_per_s"] > 5
     assert report["facts"]["dataloaders"][0]["num_workers"] == 0

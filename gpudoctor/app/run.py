@@ -34,6 +34,7 @@ class RunRequest:
     profile_trace: Path | None = None  # and its Chrome trace written here
     env: dict[str, str] = field(default_factory=dict)  # more for the job (a trial's remedy)
     exchange_ranks: bool = True  # a multi-node job: trade rank summaries with other nodes
+    sample_lines: bool = True  # py-spy names the lines the time outside the model goes to
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ def launch(
         own_terminal=own_terminal,
         extra_env={**profile_env(request), **request.env},
         exchange_ranks=request.exchange_ranks,
+        py_spy=find_py_spy() if request.sample_lines else None,
     )
     job.start()
     return job

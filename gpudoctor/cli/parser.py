@@ -67,6 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="a torchrun job on several nodes: do not trade rank summaries (rank, host, pid, "
         "step timings) with the other nodes' doctors through the job's rendezvous store",
     )  # fmt: skip
+    run.add_argument(
+        "--no-stacks", action="store_true",
+        help="do not sample the job's stacks with py-spy (which names the lines of your code "
+        "that the time outside the model goes to)",
+    )  # fmt: skip
     run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
 
     watch = add("watch", "attach to a running job (no code injected; it is never stopped)")

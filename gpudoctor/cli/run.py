@@ -45,6 +45,7 @@ def command(args: argparse.Namespace) -> int:
         profile_steps=args.profile_steps,
         profile_trace=args.profile_trace,
         exchange_ranks=not args.no_rank_exchange,
+        sample_lines=not args.no_stacks,
     )
     path = report_path(args, "run")
     try:

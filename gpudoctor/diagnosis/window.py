@@ -11,7 +11,16 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from gpudoctor.model import COUNTER_NAMES, GpuSample, HostSample, JobExit, StackChunk, StepRecord
+from gpudoctor.diagnosis.hotspots import Hotspots, hotspots
+from gpudoctor.model import (
+    COUNTER_NAMES,
+    GpuSample,
+    HostSample,
+    HotspotChunk,
+    JobExit,
+    StackChunk,
+    StepRecord,
+)
 
 if TYPE_CHECKING:
     from gpudoctor.diagnosis.ranks import RankMeasure, RankSummary
@@ -81,6 +90,8 @@ class Window:
     job_pids: frozenset[int] = frozenset()
     start_mono_ns: int = 0
     stacks: tuple[StackChunk, ...] = ()  # watch mode: py-spy's samples of the main thread
+    # py-spy's samples by the line of the user's code (diagnosis/hotspots.py)
+    hotspot_chunks: tuple[HotspotChunk, ...] = ()
     hostname: str | None = None  # this node
     remote_ranks: tuple[RankSummary, ...] = ()  # the other nodes' ranks, as sent
 
@@ -142,6 +153,11 @@ class Window:
         if len(self.steady_steps) >= minimum:
             return True
         return self.estimated and self.stack_total >= MIN_STACK_SAMPLES
+
+    @cached_property
+    def hotspots(self) -> Hotspots | None:
+        """The lines of the user's code the time outside the model goes to (py-spy's)."""
+        return hotspots(self.hotspot_chunks)
 
     # -- watch mode: stack samples ---------------------------------------------------------
 

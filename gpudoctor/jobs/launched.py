@@ -19,17 +19,19 @@ from typing import IO, Any
 
 from gpudoctor import probe, run_folders
 from gpudoctor.diagnosis.ranks import RankSummary, rank_summaries
+from gpudoctor.diagnosis.window import WARMUP_STEPS
 from gpudoctor.jobs.source import Recorder
 from gpudoctor.model import EndedBy, JobExit
 from gpudoctor.output_log import OutputLog
 from gpudoctor.probe import ENV_DOCTOR_PID, ENV_SOCKET
 from gpudoctor.probe.profile import ENV_CONTROL
 from gpudoctor.sources.host import HostReader
+from gpudoctor.sources.hotspots import HotspotSampler
 from gpudoctor.sources.nvml import NvmlReader
 from gpudoctor.sources.pages import read_pages
 from gpudoctor.sources.probe_server import ProbeServer
 from gpudoctor.sources.rendezvous import RankExchange, of_command
-from gpudoctor.store import Store, StoreError
+from gpudoctor.store import Store, StoreError, encode
 
 BOOT_DIR = Path(probe.__file__).resolve().parent / "boot"  # first on the job's PYTHONPATH
 # --max-seconds: SIGINT first (Python jobs unwind and flush), then these escalations.
@@ -68,6 +70,7 @@ class LaunchedJob(Recorder):
         own_terminal: bool = False,
         extra_env: dict[str, str] | None = None,
         exchange_ranks: bool = True,
+        py_spy: str | None = None,
     ) -> None:
         super().__init__(command, store, interval_s, max_seconds, nvml)
         # a multi-node torchrun job: trade rank summaries with the other nodes' doctors
@@ -90,6 +93,9 @@ class LaunchedJob(Recorder):
         self._stop_started: float | None = None
         self._stop_reason: EndedBy | None = None
         self._escalation = 0
+        # py-spy, from outside, once the job is in its steady steps: which lines of the
+        # user's code the time outside the model goes to (sources/hotspots.py)
+        self.lines = HotspotSampler(py_spy) if py_spy else None
 
     @property
     def job_pid(self) -> int | None:
@@ -176,6 +182,8 @@ class LaunchedJob(Recorder):
         self._read_pages()
         if self.output_log is not None and self.output_log.rotate_if_full():
             self._note_output()
+        if self.lines is not None:
+            self._sample_lines(self.lines)
         if self.exchange is not None and time.monotonic() - self._exchanged >= EXCHANGE_S:
             self._exchange_ranks(self.exchange)
         if not self.server.still_bound():  # removed by someone: made again
@@ -205,6 +213,18 @@ class LaunchedJob(Recorder):
                 self.timeline.remote_ranks[node] = ranks
                 record = {"node": node, "ranks": [r.as_dict() for r in ranks]}
                 self.store.add(self.session_id, "ranks", time.monotonic_ns(), record)
+
+    def _sample_lines(self, sampler: HotspotSampler) -> None:
+        """Begins once the main process is past its warm-up steps; a chunk when one ends."""
+        assert self.session_id is not None
+        if not sampler.started:
+            main = self.timeline.main_pid()
+            if main is not None and self.timeline.counted_steps().get(main, 0) >= WARMUP_STEPS:
+                sampler.begin(main)
+        chunk = sampler.poll()
+        if chunk is not None:
+            self.timeline.hotspots.append(chunk)
+            self.store.add(self.session_id, "hotspots", chunk.t_end_mono_ns, encode(chunk))
 
     def _note_output(self) -> None:
         """Where the job's output is kept, and how often it was rotated (a record)."""
@@ -272,6 +292,8 @@ class LaunchedJob(Recorder):
         return job_exit
 
     def close(self) -> None:
+        if self.lines is not None:
+            self.lines.close()
         if self.exchange is not None:
             self.exchange.close()
             self.exchange = None

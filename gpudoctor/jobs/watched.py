@@ -25,6 +25,9 @@ from gpudoctor.sources.nvml import NvmlReader
 from gpudoctor.sources.stacks import AttachError, StackSampler
 from gpudoctor.store import Store, encode
 
+# Recent torch names its DataLoader workers' processes so (prctl PR_SET_NAME): they no
+# longer carry the main program's name.
+WORKER_NAME = "pt_data_worker"
 _PYTHON_EXE = re.compile(r"^(python|pypy)[\d.]*[dmu]*$")
 
 
@@ -167,6 +170,10 @@ class WatchedJob(Recorder):
             if chunk is not None:
                 self.timeline.stacks.append(chunk)
                 self.store.add(self.session_id, "stacks", chunk.t_end_mono_ns, encode(chunk))
+            lines = self.sampler.hotspots
+            if chunk is not None and lines is not None:
+                self.timeline.hotspots.append(lines)
+                self.store.add(self.session_id, "hotspots", lines.t_end_mono_ns, encode(lines))
         self._record_facts(outside_facts(self.target.pid, host, gpus))
         self._commit()
 
@@ -200,7 +207,11 @@ def outside_facts(pid: int, host: HostSample | None, gpus: list[GpuSample]) -> d
     if host is not None:
         main = next((p for p in host.job if p.pid == pid), None)
         if main is not None:
-            workers = [p for p in host.job if p.ppid == pid and p.name == main.name]
+            workers = [
+                p
+                for p in host.job
+                if p.ppid == pid and (p.name == main.name or p.name.startswith(WORKER_NAME))
+            ]
             facts["dataloaders"] = [{"num_workers": len(workers), "seen_from": "processes"}]
     on_gpu = any(p.pid == pid for g in gpus for p in g.processes)
     facts["device"] = "cuda" if on_gpu else "cpu"

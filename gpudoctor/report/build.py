@@ -20,6 +20,7 @@ from gpudoctor.report.values import (
     FindingLine,
     GpuSummary,
     HostSummary,
+    HotspotLine,
     ProbeInfo,
     Profile,
     RankLine,
@@ -120,6 +121,27 @@ def build(timeline: Timeline, session_id: int | None, lang: str = "en") -> Repor
             _rank(m, counts.get(m.pid, m.steps) if m.host == window.hostname else m.steps)
             for m in window.ranks
         ),
+        hotspots=_hotspots(window),
+        hotspot_samples=window.hotspots.main_samples if window.hotspots else 0,
+    )
+
+
+def _hotspots(w: Window) -> tuple[HotspotLine, ...] | None:
+    """None when the stacks were not sampled; () when too few samples named no line."""
+    if not w.hotspot_chunks:
+        return None
+    lines = w.hotspots.lines if w.hotspots is not None else ()
+    return tuple(
+        HotspotLine(
+            file=h.file,
+            line=h.line,
+            function=h.function,
+            share=round(h.share, 4),
+            where=h.where,
+            state=h.state,
+            code=redact_text(h.code),
+        )
+        for h in lines
     )
 
 

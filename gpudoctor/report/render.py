@@ -9,7 +9,7 @@ from typing import Any
 from gpudoctor.prescribe.batch_size import SAFETY_MARGIN, Found
 from gpudoctor.prescribe.trial import Comparison, TrialResult
 from gpudoctor.redact import redact_argv, redact_text
-from gpudoctor.report.values import SCHEMA, Profile, Report, StepMeasures
+from gpudoctor.report.values import SCHEMA, HotspotLine, Profile, Report, StepMeasures
 
 SUMMARY_REMEDIES = 3  # remedies per finding in the printed summary (all in Markdown)
 SUMMARY_OPERATORS = 8  # profile rows in the printed summary (all in Markdown)
@@ -72,8 +72,22 @@ def summary(report: Report) -> str:
             )
         if p.trace:
             lines.append(f"      trace: {p.trace}")
+    if report.hotspots:
+        lines.append(f"  where the time outside the model goes ({hotspot_source(report)}):")
+        lines += [f"      {hotspot_words(h)}" for h in report.hotspots]
     lines += [f"  note: {note}" for note in report.notes]
     return "\n".join(lines) + "\n"
+
+
+def hotspot_source(report: Report) -> str:
+    return f"py-spy, {report.hotspot_samples} samples of the main thread"
+
+
+def hotspot_words(h: HotspotLine) -> str:
+    """`42% of the main thread, idle  train.py:42 (<module>)  time.sleep(0.02)`"""
+    whose = "of the main thread" if h.where == "main" else "of the workers"
+    code = f"  {h.code}" if h.code else ""
+    return f"{h.share:>4.0%} {whose}, {h.state:<4}  {h.place} ({h.function}){code}"
 
 
 def markdown(report: Report) -> str:
@@ -114,6 +128,16 @@ def markdown(report: Report) -> str:
             lines.append(
                 f"| `{op.name}` | {op.calls} | {op.self_cpu_time_total_us} | "
                 f"{op.self_device_time_total_us} |"
+            )
+    if report.hotspots:
+        lines += ["", "## Where the time outside the model goes", ""]
+        lines += [f"From {hotspot_source(report)}.", ""]
+        lines += ["| share | where | state | line | function | code |", "|---|---|---|---|---|---|"]
+        for spot in report.hotspots:
+            code = spot.code.replace("|", "\\|")
+            lines.append(
+                f"| {spot.share:.0%} | {spot.where} | {spot.state} | `{spot.file}:{spot.line}` | "
+                f"`{spot.function}` | `{code}` |"
             )
     if report.notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in report.notes]

@@ -313,6 +313,35 @@ class Profile:
 
 
 @dataclass(frozen=True)
+class HotspotLine:
+    """A line of the user's code and its share of the main thread's time (outside the
+    model) or of the DataLoader workers' time, busy on a CPU or idle: py-spy's."""
+
+    file: str
+    line: int
+    function: str
+    share: float
+    where: str  # "main" | "workers"
+    state: str  # "busy" | "idle"
+    code: str
+
+    @property
+    def place(self) -> str:
+        return f"{self.file.rsplit('/', 1)[-1]}:{self.line}"
+
+    def to_dict(self) -> dict[str, Json]:
+        return {
+            "file": self.file,
+            "line": self.line,
+            "function": self.function,
+            "share": self.share,
+            "where": self.where,
+            "state": self.state,
+            "code": self.code,
+        }
+
+
+@dataclass(frozen=True)
 class Report:
     session: int | None
     mode: str  # "run" | "watch"
@@ -335,6 +364,10 @@ class Report:
     notes: tuple[str, ...]
     doctor: DoctorInfo
     ranks: tuple[RankLine, ...] = ()  # a distributed job's ranks, each measured alone
+    # the lines of the user's code the time outside the model goes to (py-spy's samples);
+    # None when the job's stacks were not sampled (the key is then left out)
+    hotspots: tuple[HotspotLine, ...] | None = None
+    hotspot_samples: int = 0  # the main thread's samples behind them
 
     @property
     def watched(self) -> bool:
@@ -367,6 +400,11 @@ class Report:
             "notes": list(self.notes),
             "doctor": self.doctor.to_dict(),
             "ranks": [r.to_dict() for r in self.ranks],
+            **(
+                {"hotspots": [h.to_dict() for h in self.hotspots]}
+                if self.hotspots is not None
+                else {}
+            ),
         }
 
     def to_json(self) -> str:

@@ -25,9 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor import run_folders
-from gpudoctor.model import COUNTER_NAMES, StackChunk
+from gpudoctor.model import COUNTER_NAMES, HotspotChunk, StackChunk
 
 RATE_HZ = 20  # DESIGN.md section 7: non-blocking, at 20 Hz or less
+# With the lines of the user's code named (sources/hotspots.py), a second run samples
+# only the threads on a CPU beside this one: 15 + 5 Hz, the same 20 Hz in all.
+LINES_RATE_HZ = 15
+BUSY_RATE_HZ = 5
 # A py-spy run costs ~20 ms of CPU to start whatever its length, and the counters'
 # dump ~25 ms: the first chunk is short, so the first finding lands inside the 10 s
 # budget (DESIGN.md section 7); the others are longer, which halves those fixed costs.
@@ -94,6 +98,12 @@ def parse_raw(text: str, main_tid: int) -> dict[str, int]:
         if not stack or not count_text.isdigit():
             continue
         parts = stack.split(";")
+        process = main_tid
+        while parts and parts[0].startswith("process "):  # --subprocesses: the process
+            head = parts.pop(0)[len("process ") :].split(":", 1)[0]
+            process = int(head) if head.isdigit() else -1
+        if not parts or (process != main_tid and main_tid > 0):
+            continue  # a child process (a DataLoader worker): not the main thread
         thread = _THREAD.match(parts[0])
         if thread is None:
             continue
@@ -227,10 +237,15 @@ class StackSampler:
         rate_hz: int = RATE_HZ,
         chunk_s: float = CHUNK_S,
         first_chunk_s: float = FIRST_CHUNK_S,
+        lines: bool = True,
     ):
         self.py_spy = py_spy
         self.pid = pid
-        self.rate_hz = rate_hz
+        # naming the lines: the workers sampled too, and a second run of busy threads
+        self.lines = lines
+        self.rate_hz = LINES_RATE_HZ if lines and rate_hz == RATE_HZ else rate_hz
+        self.hotspots: HotspotChunk | None = None  # the last chunk's, when `lines`
+        self._busy: subprocess.Popen[bytes] | None = None
         self.chunk_s = chunk_s
         self.first_chunk_s = first_chunk_s
         self.errors = 0
@@ -272,6 +287,12 @@ class StackSampler:
             "--output",
             self._path("raw"),
         ]
+        if self.lines:
+            record.insert(record.index("--threads"), "--subprocesses")
+            busy = [a for a in record if a != "--idle"]
+            busy[busy.index("--rate") + 1] = str(BUSY_RATE_HZ)
+            busy[-1] = self._path("busy")
+            self._busy = _spawn(busy, None)
         self._record = _spawn(record, None)
 
     def poll(self) -> StackChunk | None:
@@ -280,7 +301,7 @@ class StackSampler:
             self.start()
             return None
         self._read_counters()
-        if self._record.poll() is None:
+        if self._record.poll() is None or (self._busy is not None and self._busy.poll() is None):
             return None
         chunk = self._collect()
         self.start()
@@ -318,7 +339,16 @@ class StackSampler:
         if self._dump is not None and self._dump.poll() is None:
             self._dump.kill()
             self._dump.wait()
-        for name in ("raw", "dump"):
+        from gpudoctor.sources.hotspots import chunk_of  # it parses with this module's
+
+        self.hotspots = None
+        if self._busy is not None and self._busy.returncode == 0 and self._record.returncode == 0:
+            with contextlib.suppress(OSError):
+                busy = Path(self._path("busy")).read_text(encoding="utf-8", errors="replace")
+                self.hotspots = chunk_of(
+                    text, busy, self.pid, self._t_start, t_end, self.rate_hz, BUSY_RATE_HZ
+                )
+        for name in ("raw", "dump", "busy"):
             with contextlib.suppress(OSError):
                 os.unlink(self._path(name))
         samples = parse_raw(text, self.pid)
@@ -335,7 +365,7 @@ class StackSampler:
         )
 
     def close(self) -> None:
-        for proc in (self._record, self._dump):
+        for proc in (self._record, self._dump, self._busy):
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 with contextlib.suppress(subprocess.TimeoutExpired):

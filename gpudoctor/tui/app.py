@@ -134,7 +134,7 @@ class DoctorApp(App[JobExit | None]):
         if s is None or finding is None:
             return
         cores = s.host.cores_allowed if s.host else (os.cpu_count() or 1)
-        self.push_screen(FindingScreen(finding, s.facts, cores, self.lang))
+        self.push_screen(FindingScreen(finding, s.facts, cores, self.lang, s.hotspots))
 
     def action_quit_doctor(self) -> None:
         self.exit(self.job_exit)

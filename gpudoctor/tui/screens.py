@@ -12,10 +12,12 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Static
 
 from gpudoctor import display
+from gpudoctor.diagnosis.hotspots import Hotspots
 from gpudoctor.diagnosis.ranks import RankMeasure
 from gpudoctor.diagnosis.remedies import CATALOGUE
 from gpudoctor.model import Finding, GpuSample
 from gpudoctor.prescribe.how import how
+from gpudoctor.redact import redact_text
 from gpudoctor.terminal import OutputLine
 from gpudoctor.tui.widgets import styled
 
@@ -33,9 +35,17 @@ class FindingScreen(Screen[None]):
         if self.finding.remedies:
             self.app.request_trial(self.finding.remedies[0])  # type: ignore[attr-defined]
 
-    def __init__(self, finding: Finding, facts: dict[str, Any], cores: int, lang: str) -> None:
+    def __init__(
+        self,
+        finding: Finding,
+        facts: dict[str, Any],
+        cores: int,
+        lang: str,
+        spots: Hotspots | None = None,
+    ) -> None:
         super().__init__()
         self.finding = finding
+        self.spots = spots if finding.id in LINE_FINDINGS else None
         self.facts = facts
         self.cores = cores
         self.lang = lang
@@ -54,6 +64,8 @@ class FindingScreen(Screen[None]):
             )
         if f.estimated_gain:
             head.append(f"\n\nA fix could save about {f.estimated_gain:.0%} of step time.")
+        if self.spots is not None and self.spots.lines:
+            head.append(hotspot_text(self.spots))
         with VerticalScroll(id="finding-detail"):
             yield Static(head, id="finding-head")
             for n, rid in enumerate(f.remedies, 1):
@@ -69,6 +81,29 @@ class FindingScreen(Screen[None]):
                     text.append("\n\n" + remedy.snippet, "green")
                 yield Static(text, classes="remedy")
         yield Footer()
+
+
+# Findings about the time outside the model: their screen lists the lines it goes to.
+LINE_FINDINGS = ("input-bound", "slow-storage", "cpu-saturated")
+
+
+def hotspot_text(spots: Hotspots) -> Text:
+    """The lines of the user's code, each with its share, state and source line."""
+    text = Text()
+    text.append(
+        f"\n\nWhere the time outside the model goes (py-spy, {spots.main_samples} "
+        "samples of the main thread):",
+        "bold",
+    )
+    for h in spots.lines:
+        whose = "main thread" if h.where == "main" else "workers"
+        text.append(f"\n{h.share:>4.0%} ", "bold")
+        text.append(f"of the {whose}, {h.state:<4}  ")
+        text.append(f"{h.place}", "cyan")
+        text.append(f" in {h.function}")
+        if h.code:
+            text.append(f"\n        {redact_text(h.code)}", "green")
+    return text
 
 
 HELP = """\

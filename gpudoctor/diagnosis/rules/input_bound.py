@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpudoctor.diagnosis.hotspots import Hotspot
 from gpudoctor.diagnosis.window import Window
 from gpudoctor.model import Finding, Severity
 
@@ -18,6 +19,11 @@ MIN_STEPS = 5
 # model's own part keeps the main thread on a core, so the blocked time is the outside
 # part's. No anchor: a bound from the arithmetic.
 IDLE_SHARE_OF_OUTSIDE = 0.5
+
+# A line of the main thread is named in the evidence from this share of the step (the
+# report lists every line from diagnosis/hotspots.MIN_SHARE): below it, it is not where
+# a person looks first. No anchor: this project's.
+MAIN_LINE_SHARE = 0.10
 
 ID = "input-bound"
 # Rests on the step measures: estimated in watch mode (stack samples).
@@ -68,7 +74,7 @@ def evaluate(w: Window) -> Finding | None:
         where = "is host time outside the model (hand-written input code, no DataLoader)"
         detail = "no DataLoader in use"
         remedies = ("preprocess-offline", "more-workers", "memmap", "local-ssd")
-    busy = _cores_busy(w)
+    busy = _cores_busy(w) + _named_lines(w)
     if w.estimated:  # watch mode: py-spy's samples of the main thread, no step timings
         where = where.replace("each step", "the main thread's time")
         rate = (
@@ -111,8 +117,13 @@ def _dataloader_remedies(w: Window, loader: dict[str, object]) -> tuple[str, ...
 
 
 def _idle_outside(w: Window, fraction: float) -> bool:
-    """The main thread was blocked (median over the steady samples) through most of the
-    time outside the model."""
+    """The main thread was idle through most of the time outside the model: py-spy's
+    samples of its stacks say so where they were taken; else the main thread was blocked
+    (median over the steady samples) through most of that time."""
+    spots = w.hotspots
+    if spots is not None:
+        outside = spots.outside_busy + spots.outside_idle
+        return outside > 0 and spots.outside_idle >= IDLE_SHARE_OF_OUTSIDE * outside
     blocked = sorted(
         h.main_blocked_fraction for h in w.steady_host if h.main_blocked_fraction is not None
     )
@@ -121,6 +132,35 @@ def _idle_outside(w: Window, fraction: float) -> bool:
     if len(blocked) < 3 or w.estimated or w.facts.get("rank") is not None:
         return False
     return blocked[len(blocked) // 2] >= IDLE_SHARE_OF_OUTSIDE * fraction
+
+
+def _named_lines(w: Window) -> str:
+    """The lines of the user's code the time goes to (py-spy's samples), up to two of
+    the main thread's and two of the workers'. While workers run, the main thread's
+    waits on the DataLoader are waits for them: their lines are the workers'."""
+    spots = w.hotspots
+    if spots is None:
+        return ""
+    workers = spots.of("workers")[:2]
+    main = [
+        h
+        for h in spots.of("main")
+        if h.share >= MAIN_LINE_SHARE and not (workers and h.kind == "loader")
+    ][:2]
+    parts = []
+    if main:
+        said = " and ".join(f"{h.share:.0%} {h.state} at {_line(h)}" for h in main)
+        parts.append(f"the main thread spends {said}")
+    if workers:
+        said = " and ".join(
+            f"{h.share:.0%} {'waiting ' if h.state == 'idle' else ''}in {_line(h)}" for h in workers
+        )
+        parts.append(f"the workers spend {said} of their time")
+    return "; " + "; ".join(parts) if parts else ""
+
+
+def _line(h: Hotspot) -> str:
+    return f"{h.place} `{h.code}`" if h.code else f"{h.place} ({h.function})"
 
 
 def _cores_busy(w: Window) -> str:
