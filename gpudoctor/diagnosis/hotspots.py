@@ -61,7 +61,7 @@ class Hotspots:
     worker_samples: int
     outside_busy: float  # the main thread's time outside the model, on a CPU
     outside_idle: float  # ... and not on a CPU
-    workers_waiting: float  # the workers' time in no line of the user's (waiting for work, collating)
+    workers_waiting: float  # the workers' time in no line of the user's (waiting, collating)
 
     def of(self, where: str) -> tuple[Hotspot, ...]:
         return tuple(h for h in self.lines if h.where == where)
