@@ -23,6 +23,7 @@ COMMANDS = {
     "replay": ("sessions", "replay"),
     "attach": ("sessions", "attach"),
     "remedies": ("catalogue", "remedies"),
+    "guide": ("catalogue", "guide"),
 }
 
 

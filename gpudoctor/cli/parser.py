@@ -22,7 +22,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser = _Parser(
         prog="gpudoctor",
-        description="A terminal performance doctor for PyTorch training jobs.",
+        description="A terminal performance doctor for PyTorch training jobs. "
+        "`gpudoctor` alone, on a terminal, opens the machine view: the GPUs, the host and "
+        "the processes using them.",
     )
     parser.add_argument("--version", action="version", version=f"gpudoctor {__version__}")
     parser.add_argument("--store", type=Path, help=store_help)
@@ -167,6 +169,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     remedies = add("remedies", "print the remedy catalogue")
     remedies.add_argument("--lang", choices=("en", "zh"), default=None)
+
+    guide = add("guide", "print a section of the guide the remedies cite (the list without one)")
+    guide.add_argument("section", nargs="?", help="a section id, e.g. dataloader")
+    guide.add_argument("--lang", choices=("en", "zh"), default=None)
     return parser
 
 

@@ -1,5 +1,6 @@
 """The remedy catalogue: each remedy's text in English and Chinese, the guide section it
-comes from (`../shared/guide/`), a code snippet, and how a rerun could apply it.
+comes from (the project's guide: gpudoctor/guide/, `gpudoctor guide ID`), a code
+snippet, and how a rerun could apply it.
 
 Section ids are those of the guide's headings ([dataloader], [transfer], ...). A remedy
 beyond the guide says so (`beyond_guide`).
@@ -10,22 +11,6 @@ from __future__ import annotations
 from gpudoctor.model import Remedy
 
 LANGS = ("en", "zh")
-
-GUIDE_SECTIONS = {
-    "monitor": ("Watching the GPU", "监控 GPU"),
-    "batch-size": ("Raise the batch size", "增大批大小"),
-    "dataloader": ("Prefetch with the DataLoader", "使用 DataLoader 预取"),
-    "transfer": ("Avoid the CPU-GPU transfer bottleneck", "避免 CPU-GPU 传输瓶颈"),
-    "amp": ("Mixed precision", "混合精度"),
-    "grad-accum": ("Gradient accumulation", "梯度累积"),
-    "storage": ("Data loading", "数据加载"),
-    "compile": ("torch.compile (PyTorch 2.0+)", "torch.compile（PyTorch 2.0+）"),
-    "cudnn": ("cuDNN autotuning", "cuDNN 自动调优"),
-    "no-grad": ("No gradients for inference", "推理时关闭梯度"),
-    "multi-gpu": ("Several GPUs", "多 GPU"),
-    "profile": ("Profiling", "性能分析"),
-    "common": ("The guide's table of common problems", "常见问题对照表"),
-}
 
 
 def _r(
@@ -338,8 +323,3 @@ CATALOGUE: dict[str, Remedy] = {
 }
 
 REMEDY_IDS = tuple(CATALOGUE)
-
-
-def section_title(section: str, lang: str) -> str:
-    en, zh = GUIDE_SECTIONS.get(section, (section, section))
-    return zh if lang == "zh" else en

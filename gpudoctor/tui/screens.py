@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.markdown import Markdown
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -11,7 +12,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Static
 
-from gpudoctor import display
+from gpudoctor import display, guide
 from gpudoctor.diagnosis.hotspots import Hotspots
 from gpudoctor.diagnosis.ranks import RankMeasure
 from gpudoctor.diagnosis.remedies import CATALOGUE
@@ -29,7 +30,13 @@ class FindingScreen(Screen[None]):
     BINDINGS = [
         Binding("escape,q,backspace", "app.pop_screen", "Back"),
         Binding("t", "trial", "Trial: rerun with remedy 1"),
+        Binding("g", "guide", "Guide"),
     ]
+
+    def action_guide(self) -> None:
+        """The guide's sections the remedies cite, in the remedies' order."""
+        cited = dict.fromkeys(CATALOGUE[r].guide_section for r in self.finding.remedies)
+        self.app.push_screen(GuideScreen(tuple(cited), self.lang))
 
     def action_trial(self) -> None:
         if self.finding.remedies:
@@ -83,6 +90,26 @@ class FindingScreen(Screen[None]):
         yield Footer()
 
 
+class GuideScreen(Screen[None]):
+    """Sections of the project's guide (gpudoctor/guide/), scrolled, wrapped to the
+    terminal."""
+
+    BINDINGS = [Binding("escape,q,backspace,g", "app.pop_screen", "Back")]
+
+    def __init__(self, section_ids: tuple[str, ...], lang: str) -> None:
+        super().__init__()
+        self.section_ids = section_ids
+        self.lang = lang
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="guide"):
+            for sid in self.section_ids:
+                s = guide.section(sid, self.lang) or guide.section(sid, "en")
+                if s is not None:
+                    yield Static(Markdown(f"## [{s.id}] {s.title}\n\n{s.body}"), classes="guide")
+        yield Footer()
+
+
 # Findings about the time outside the model: their screen lists the lines it goes to.
 LINE_FINDINGS = ("input-bound", "slow-storage", "cpu-saturated")
 
@@ -119,7 +146,8 @@ gpudoctor: the dashboard of a training run
 
 Keys
   up/down, tab    move between findings and panels
-  enter           open the highlighted finding; there, t closes the app and runs
+  enter           open the highlighted finding; there, g opens the guide's
+                  sections its remedies cite, and t closes the app and runs
                   the trial of its first remedy (gpudoctor trial --apply REMEDY)
   ?               this help
   ctrl+p          the command palette
