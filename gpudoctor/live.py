@@ -6,6 +6,7 @@ from itertools import islice, takewhile
 
 from gpudoctor.diagnosis.window import Window
 from gpudoctor.timeline import Timeline
+from gpudoctor.units import ms_text
 
 RECENT_S = 5.0
 
@@ -25,7 +26,7 @@ def status_line(timeline: Timeline) -> str:
         recent = list(takewhile(lambda s: s.t_end_mono_ns >= cutoff, islice(reversed(steps), 2000)))
         # the measures of the report's Window, over the last seconds' steps
         w = Window(steps=tuple(reversed(recent or [steps[-1]])))
-        parts.append(f"step {w.step_median_ms:.1f} ms")
+        parts.append(f"step {ms_text(w.step_median_ms)}")
         if w.steps_per_s:
             parts.append(f"{w.steps_per_s:.1f}/s")
         if w.step_wall_s:

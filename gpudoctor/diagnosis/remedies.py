@@ -125,7 +125,7 @@ CATALOGUE: dict[str, Remedy] = {
                 "the machine's local data disk first.",
                 "网络盘或慢速磁盘会拖慢数据加载；先把训练数据拷贝到本机数据盘。",
             ),
-            "cp -r /mnt/shared/datasets/imagenet /root/rivermind-data/datasets/imagenet",
+            "rsync -a /path/to/your/dataset/ /path/to/local/ssd/dataset/  # your own paths",
         ),
         _r(
             "fewer-transforms",

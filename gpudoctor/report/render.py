@@ -10,6 +10,7 @@ from gpudoctor.prescribe.batch_size import SAFETY_MARGIN, Found
 from gpudoctor.prescribe.trial import Comparison, TrialResult
 from gpudoctor.redact import redact_argv, redact_text
 from gpudoctor.report.values import SCHEMA, HotspotLine, Profile, Report, StepMeasures
+from gpudoctor.units import ms_text
 
 SUMMARY_REMEDIES = 3  # remedies per finding in the printed summary (all in Markdown)
 SUMMARY_OPERATORS = 8  # profile rows in the printed summary (all in Markdown)
@@ -50,7 +51,7 @@ def summary(report: Report) -> str:
             line += f", data wait about {s.data_wait_fraction:.0%}"
         lines.append(line)
     elif s.median_ms is not None:
-        line = f"  step {s.median_ms:.1f} ms median, {s.p90_ms:.1f} ms p90"
+        line = f"  step {ms_text(s.median_ms)} median, {ms_text(s.p90_ms or 0.0)} p90"
         if s.samples_per_s:
             line += f", {s.samples_per_s:.1f} samples/s"
         line += f", data wait {s.data_wait_fraction:.0%}"
@@ -160,7 +161,7 @@ def _steps_words(report: Report) -> str:
     else:
         words = f"- steps: {s.count}"
         if s.median_ms:
-            words += f", median {s.median_ms:.1f} ms, p90 {s.p90_ms:.1f} ms"
+            words += f", median {ms_text(s.median_ms)}, p90 {ms_text(s.p90_ms or 0.0)}"
         if s.samples_per_s:
             words += f", {s.samples_per_s:.1f} samples/s"
     if s.data_wait_fraction is not None:

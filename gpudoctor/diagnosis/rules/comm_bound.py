@@ -15,6 +15,7 @@ import statistics
 from gpudoctor.diagnosis.ranks import RankMeasure
 from gpudoctor.diagnosis.window import Window
 from gpudoctor.model import Finding
+from gpudoctor.units import ms_text
 
 BACKWARD_PER_FORWARD = 2.0  # Kaplan et al. 2020 (above)
 # No published anchor: the share of the step the shared collectives take before the
@@ -45,7 +46,7 @@ def evaluate(w: Window) -> Finding | None:
         severity="high" if share >= HIGH_SHARE else "medium",
         title="The ranks spend much of each step communicating",
         evidence=(
-            f"about {comm:.1f} ms of a {step:.1f} ms step ({share:.0%}) goes to collectives "
+            f"about {ms_text(comm)} of a {ms_text(step)} step ({share:.0%}) goes to collectives "
             f"all {len(ranks)} ranks wait in together (backward beyond twice the forward's "
             "compute), not to computing."
         ),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from gpudoctor.diagnosis.hotspots import Hotspot
 from gpudoctor.diagnosis.window import Window
 from gpudoctor.model import Finding, Severity
+from gpudoctor.units import ms_text
 
 # PyTorch profiler TensorBoard plugin (tb_plugin, removed): DataLoader time above 5% of
 # the step is worth a recommendation. The medium and high bands have no published
@@ -24,6 +25,12 @@ IDLE_SHARE_OF_OUTSIDE = 0.5
 # report lists every line from diagnosis/hotspots.MIN_SHARE): below it, it is not where
 # a person looks first. No anchor: this project's.
 MAIN_LINE_SHARE = 0.10
+
+# Storage is implicated when, in any steady sample, the job reads from storage at this
+# rate, or iowait passes this share (slow-storage's READ_MB_S, and a tenth of its
+# SageMaker iowait threshold: here a hint to offer the remedies, not a finding).
+READ_MB_S = 1.0
+IOWAIT_PCT = 5.0
 
 ID = "input-bound"
 # Rests on the step measures: estimated in watch mode (stack samples).
@@ -69,16 +76,16 @@ def evaluate(w: Window) -> Finding | None:
         detail = "no DataLoader in use"
         # overlapping the waits (a loader's workers, or reading ahead) is what helps;
         # precomputing does not
-        remedies = ("more-workers", "local-ssd")
+        remedies = ("more-workers", *_storage_remedies(w, ("local-ssd",)))
     else:
         where = "is host time outside the model (hand-written input code, no DataLoader)"
         detail = "no DataLoader in use"
-        remedies = ("preprocess-offline", "more-workers", "memmap", "local-ssd")
+        remedies = ("preprocess-offline", "more-workers", *_storage_remedies(w))
     busy = _cores_busy(w) + _named_lines(w)
     if w.estimated:  # watch mode: py-spy's samples of the main thread, no step timings
         where = where.replace("each step", "the main thread's time")
         rate = (
-            f"; about {w.step_median_ms:.1f} ms a step ({w.steps_per_s:.1f} steps/s)"
+            f"; about {ms_text(w.step_median_ms)} a step ({w.steps_per_s:.1f} steps/s)"
             if w.steps_per_s
             else ""
         )
@@ -88,8 +95,8 @@ def evaluate(w: Window) -> Finding | None:
         )
     else:
         evidence = (
-            f"{fraction:.0%} of each step {where}: about {wait_ms:.1f} ms of a "
-            f"{w.step_median_ms:.1f} ms median step; {detail}{busy}."
+            f"{fraction:.0%} of each step {where}: about {ms_text(wait_ms)} of a "
+            f"{ms_text(w.step_median_ms)} median step; {detail}{busy}."
         )
     return Finding(
         id=ID,
@@ -113,7 +120,25 @@ def _dataloader_remedies(w: Window, loader: dict[str, object]) -> tuple[str, ...
         order.remove("persistent-workers")
     elif loader.get("persistent_workers"):
         order.remove("persistent-workers")
-    return (*order, "preprocess-offline", "memmap", "local-ssd")
+    return (*order, "preprocess-offline", *_storage_remedies(w))
+
+
+def _storage_remedies(
+    w: Window, remedies: tuple[str, ...] = ("memmap", "local-ssd")
+) -> tuple[str, ...]:
+    """The storage remedies, when storage is implicated: the job's processes read from
+    it (the kernel's read_bytes, which page-cache hits do not move) at READ_MB_S or
+    more, or sleep on the disk, or iowait is high, in any steady sample. A job that
+    reads nothing from disk is not told to move its data."""
+    for h in w.steady_host:
+        reads = sum(p.read_bytes_per_s or 0.0 for p in h.job) / 1e6
+        if (
+            reads >= READ_MB_S
+            or any(p.status == "disk-sleep" for p in h.job)
+            or (h.iowait_pct or 0.0) > IOWAIT_PCT
+        ):
+            return remedies
+    return ()
 
 
 def _idle_outside(w: Window, fraction: float) -> bool:

@@ -1,0 +1,10 @@
+"""Durations as people read them, the same everywhere (evidence, reports, screens)."""
+
+from __future__ import annotations
+
+
+def ms_text(ms: float) -> str:
+    """`21.3 ms`, or below a millisecond `320 µs` (never `0.0 ms`)."""
+    if abs(ms) < 1.0:
+        return f"{ms * 1000:.0f} µs"
+    return f"{ms:.1f} ms"
