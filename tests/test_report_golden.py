@@ -31,3 +31,11 @@ def test_there_is_a_run_a_watch_and_gpu_sessions_among_them() -> None:
     assert any(n.startswith("cpu_session_") for n in names)
     assert any(n.startswith("watch_session_") for n in names)
     assert sum(n.startswith("gpu_session_") for n in names) >= 5
+
+
+@pytest.mark.parametrize("path", SESSIONS, ids=lambda p: p.name.split(".")[0])
+def test_the_summary_lists_every_remedy_of_the_report_in_its_order(path: Path) -> None:
+    report = build(load_session_file(path), 7, "en")
+    said = [line.split("-> ", 1)[1].split(":", 1)[0] for line in summary(report).splitlines()
+            if line.startswith("      -> ")]  # fmt: skip
+    assert said == [r.id for f in report.findings for r in f.remedies]

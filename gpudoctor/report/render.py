@@ -12,7 +12,6 @@ from gpudoctor.redact import redact_argv, redact_text
 from gpudoctor.report.values import SCHEMA, HotspotLine, Profile, Report, StepMeasures
 from gpudoctor.units import ms_text
 
-SUMMARY_REMEDIES = 3  # remedies per finding in the printed summary (all in Markdown)
 SUMMARY_OPERATORS = 8  # profile rows in the printed summary (all in Markdown)
 
 
@@ -63,7 +62,8 @@ def summary(report: Report) -> str:
         estimated = ", estimated" if f.estimated else ""
         lines.append(f"  [{f.severity}{estimated}] {f.id}: {f.title}")
         lines.append(f"      {f.evidence}")
-        lines += [f"      -> {r.id}: {r.how}" for r in f.remedies[:SUMMARY_REMEDIES]]
+        # every remedy, in the report's and the TUI's order
+        lines += [f"      -> {r.id}: {r.how}" for r in f.remedies]
     if report.profile is not None:
         p = report.profile
         lines.append(f"  {profile_title(p)}:")
