@@ -39,8 +39,12 @@ def status_line(timeline: Timeline) -> str:
     else:
         parts.append("GPU n/a")
     if timeline.host:
-        h = timeline.host[-1]
-        parts.append(f"CPU {h.cpu_pct:.0f}% (job {h.job_cpu_cores:.1f} cores)")
+        # the findings' measure (the median of the job's cores over host samples), over
+        # the last seconds: in a steady run the line and the evidence say one number
+        hosts = list(islice(reversed(timeline.host), round(RECENT_S)))
+        cpu = sorted(h.cpu_pct for h in hosts)[len(hosts) // 2]
+        cores = sorted(h.job_cpu_cores for h in hosts)[len(hosts) // 2]
+        parts.append(f"CPU {cpu:.0f}% (job {cores:.1f} cores)")
     trouble = timeline.store_trouble()
     if trouble is not None:
         parts.append(f"store not written ({trouble}): kept in memory")
