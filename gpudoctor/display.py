@@ -6,6 +6,7 @@ here: the bands are style names the stylesheet and the widgets map to colours.
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Sequence
 
@@ -240,3 +241,18 @@ def rank_rows(ranks: Sequence[RankMeasure], gpus: Sequence[GpuSample], room: int
         f"{ms(middle[0].own_ms)}"
     )
     return [row(r) for r in slowest] + [between, row(fastest)]
+
+
+def command_words(argv: Sequence[str], cwd: str | None = None) -> str:
+    """A command the way a person names it: the program by its name (`python`, not
+    `/home/u/.venv/bin/python`), paths under the working directory relative to it
+    (`python sample_jobs/dataloader_bound.py --num-workers 0`)."""
+    base = (cwd or os.getcwd()).rstrip("/") + "/"
+    out = []
+    for i, word in enumerate(argv):
+        if i == 0 and "/" in word:
+            word = os.path.basename(word)
+        elif word.startswith(base):
+            word = word[len(base) :]
+        out.append(word)
+    return " ".join(out)

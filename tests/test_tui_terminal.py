@@ -110,7 +110,9 @@ def test_watch_mode_in_tmux_shows_the_job_and_q_leaves_it_running(tmp_path: Path
         job.wait()
 
 
-def test_gpudoctor_alone_then_r_runs_a_typed_command_under_the_doctor(tmp_path: Path) -> None:
+def test_gpudoctor_alone_then_r_runs_a_typed_command_and_q_comes_back_to_the_machine(
+    tmp_path: Path,
+) -> None:
     name = f"gpudoctor-home-{tmp_path.name}"
     done = tmp_path / "done"
     command = (
@@ -128,8 +130,16 @@ def test_gpudoctor_alone_then_r_runs_a_typed_command_under_the_doctor(tmp_path: 
         tmux("send-keys", "-t", name, "q")
         wait_screen(name, "still running")
         tmux("send-keys", "-t", name, "s")
+        # the run is over: the machine view again, not the shell
+        wait_screen(name, "this machine", "Processes", "Run a command", timeout=60)
+        assert not done.exists()
+        tmux("send-keys", "-t", name, "?")
+        wait_screen(name, "gpudoctor: the machine", "watch the chosen process")
+        tmux("send-keys", "-t", name, "Escape")
+        wait_screen(name, "Run a command")
+        tmux("send-keys", "-t", name, "q")
         text = wait_screen(name, "SHELL-IS-BACK", timeout=60)
-        assert done.read_text().strip() == "EXIT=130"  # the job's own code, as with run
+        assert done.read_text().strip() == "EXIT=0"
         assert "╭" not in text
     finally:
         close(name, tmp_path)

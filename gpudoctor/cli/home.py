@@ -8,16 +8,25 @@ import argparse
 
 def home(args: argparse.Namespace) -> int:
     from gpudoctor.cli import run, watch
+    from gpudoctor.cli.common import UsageError
+
+    # through the parser: the options' defaults are the command line's own
+    from gpudoctor.cli.parser import build_parser
     from gpudoctor.machine import Machine
     from gpudoctor.tui.home import make_home_app
 
-    choice = make_home_app(Machine()).run()
-    if choice is None:
-        return 0
-    # through the parser: the options' defaults are the command line's own
-    from gpudoctor.cli.parser import build_parser
-
     store = ["--store", str(args.store)] if args.store else []
-    if choice.action == "watch":
-        return watch.command(build_parser().parse_args([*store, "watch", "--pid", str(choice.pid)]))
-    return run.command(build_parser().parse_args([*store, "run", "--", *choice.command]))
+    notice: str | None = None
+    while True:  # the run or the watch ends (or is left): back to the machine view
+        choice = make_home_app(Machine(), notice=notice).run()
+        if choice is None:
+            return 0
+        notice = None
+        try:
+            if choice.action == "watch":
+                argv = [*store, "watch", "--pid", str(choice.pid)]
+                watch.command(build_parser().parse_args(argv))
+            else:
+                run.command(build_parser().parse_args([*store, "run", "--", *choice.command]))
+        except UsageError as exc:  # said on the machine view, which comes back
+            notice = str(exc)

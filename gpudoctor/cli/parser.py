@@ -74,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not sample the job's stacks with py-spy (which names the lines of your code "
         "that the time outside the model goes to)",
     )  # fmt: skip
-    run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
+    run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="[--] CMD [ARGS...]", help=CMD_HELP)
 
     watch = add("watch", "attach to a running job (no code injected; it is never stopped)")
     watch.add_argument("--pid", type=int, required=True, help="the job's process id")
@@ -114,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--report", type=Path, metavar="PATH", help="write the report (.json or .md)"
     )
     trial.add_argument("--lang", choices=("en", "zh"), default=None)
-    trial.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
+    trial.add_argument("cmd", nargs=argparse.REMAINDER, metavar="[--] CMD [ARGS...]", help=CMD_HELP)
 
     tune = add("tune", "find settings by measuring: `tune batch-size -- CMD`")
     tune_sub = tune.add_subparsers(dest="what", metavar="WHAT", parser_class=_Parser)
@@ -141,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--start", type=_positive_int, metavar="N", help="first size (default: the job's)"
     )
     bs.add_argument("--report", type=Path, metavar="PATH", help="write the result (.json or .md)")
-    bs.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
+    bs.add_argument("cmd", nargs=argparse.REMAINDER, metavar="[--] CMD [ARGS...]", help=CMD_HELP)
 
     compare = add("compare", "compare two recorded runs: samples/s, speedup, symptoms")
     compare.add_argument("baseline", help="session id of the first run")
@@ -174,6 +174,12 @@ def build_parser() -> argparse.ArgumentParser:
     guide.add_argument("section", nargs="?", help="a section id, e.g. dataloader")
     guide.add_argument("--lang", choices=("en", "zh"), default=None)
     return parser
+
+
+CMD_HELP = (
+    "the job's command; `--` before it is optional: everything from its first word on is "
+    "the job's, options included"
+)
 
 
 METRICS_HELP = (

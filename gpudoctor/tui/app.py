@@ -70,7 +70,9 @@ class DoctorApp(App[JobExit | None]):
             with Vertical(id="job-column"):
                 yield JobPanel(id="job-panel")
                 yield OutputPanel(id="output-panel")
-        yield FindingsPanel(id="findings-panel")
+        findings = FindingsPanel(id="findings-panel")
+        findings.lang = self.lang
+        yield findings
         yield Footer()
 
     def on_mount(self) -> None:
@@ -190,13 +192,14 @@ class LiveApp(DoctorApp):
         self.show(message.snapshot)
         if self.quitting:
             self.exit(self.job_exit)
+        # said in the header, where it hides nothing (a toast covered the findings)
         elif self.viewing is not None and message.job_exit.ended_by == "detached":
             gone = str(getattr(self.source, "gone", "") or "no longer recorded")
-            self.notify(f"{gone}; q to quit", timeout=4)
+            self.sub_title = f"{gone} · q to quit"
         else:
             e = message.job_exit
             words = ended_words(e.ended_by, e.exit_code, self.source.timeline.watched_pid)
-            self.notify(f"the job: {words}; q to quit", timeout=4)
+            self.sub_title = f"{words} · q to quit"
 
     @on(SessionFailed)
     def _on_session_failed(self, message: SessionFailed) -> None:

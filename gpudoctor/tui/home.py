@@ -21,6 +21,7 @@ from gpudoctor import display
 from gpudoctor.processes import ProcessRow
 from gpudoctor.redact import redact_text
 from gpudoctor.snapshot import Snapshot
+from gpudoctor.tui.screens import HelpContent, HelpScreen
 from gpudoctor.tui.widgets import GpuPanel, HostPanel
 
 
@@ -68,6 +69,40 @@ class RunPrompt(ModalScreen[tuple[str, ...] | None]):
         self.dismiss(None)
 
 
+# The machine view's help: (key or panel, what it is).
+HOME_HELP: HelpContent = (
+    "gpudoctor: the machine",
+    (
+        (
+            "Panels",
+            (
+                ("GPU", "nvidia-smi's figures per GPU and the processes holding it"),
+                ("Host", "CPU per core, load, iowait, memory, swap, disk and network rates"),
+                ("Processes", "the GPU holders and Python processes, busiest first"),
+            ),
+        ),
+        (
+            "Keys",
+            (
+                ("up/down", "choose a process"),
+                (
+                    "enter, w",
+                    "watch the chosen process from outside (py-spy; nothing injected, "
+                    "never stopped)",
+                ),
+                (
+                    "r",
+                    "run a command under the doctor; when it ends or you leave it, this "
+                    "view comes back",
+                ),
+                ("?", "this help"),
+                ("q, ctrl+c", "quit"),
+            ),
+        ),
+    ),
+)
+
+
 class HomeApp(App[HomeChoice | None]):
     CSS_PATH = "doctor.tcss"
     TITLE = "gpudoctor"
@@ -75,14 +110,16 @@ class HomeApp(App[HomeChoice | None]):
     BINDINGS = [
         Binding("enter,w", "watch", "Watch process"),
         Binding("r", "run", "Run a command"),
+        Binding("question_mark", "help", "Help"),
         Binding("q", "quit_home", "Quit"),
         Binding("ctrl+c", "quit_home", "Quit", show=False, priority=True),
     ]
 
-    def __init__(self, machine: Any, interval_s: float = 1.0) -> None:
+    def __init__(self, machine: Any, interval_s: float = 1.0, notice: str | None = None) -> None:
         super().__init__()
         self.machine = machine
         self.interval_s = interval_s
+        self.notice = notice  # what the last run or watch said when it could not start
         self.rows: list[ProcessRow] = []
 
     def compose(self) -> ComposeResult:
@@ -99,6 +136,8 @@ class HomeApp(App[HomeChoice | None]):
         table.add_columns("pid", "user", "CPU", "RSS", "GPU mem", "command")
         table.focus()
         self.read_machine()
+        if self.notice:
+            self.notify(self.notice, severity="error", timeout=10)
 
     @work(thread=True, exclusive=True, exit_on_error=False)
     def read_machine(self) -> None:
@@ -127,7 +166,8 @@ class HomeApp(App[HomeChoice | None]):
                 f"{r.cpu_pct:.0f}%",
                 display.mib(r.rss_bytes),
                 display.mib(r.gpu_mem_bytes) if r.gpu_mem_bytes is not None else "-",
-                redact_text(r.command)[:120],  # anyone's command line: secrets masked
+                # anyone's command line: secrets masked; the program by its name
+                redact_text(display.command_words(r.command.split(" ")))[:120],
                 key=str(r.pid),
             )
         if message.rows:
@@ -150,6 +190,9 @@ class HomeApp(App[HomeChoice | None]):
             return
         self.exit(HomeChoice("watch", pid=row.pid))
 
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(HOME_HELP))
+
     def action_run(self) -> None:
         self.push_screen(RunPrompt(), self._run_chosen)
 
@@ -161,5 +204,5 @@ class HomeApp(App[HomeChoice | None]):
         self.exit(None)
 
 
-def make_home_app(machine: Any, interval_s: float = 1.0) -> HomeApp:
-    return HomeApp(machine, interval_s)
+def make_home_app(machine: Any, interval_s: float = 1.0, notice: str | None = None) -> HomeApp:
+    return HomeApp(machine, interval_s, notice)

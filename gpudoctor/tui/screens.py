@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.console import Group
 from rich.markdown import Markdown
+from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -70,7 +72,12 @@ class FindingScreen(Screen[None]):
                 "italic",
             )
         if f.estimated_gain:
-            head.append(f"\n\nA fix could save about {f.estimated_gain:.0%} of step time.")
+            head.append(
+                f"\n\nA fix could save up to {f.estimated_gain:.0%} of step time: the share "
+                "of the step this finding measures. What a fix really buys is bounded by what "
+                "else the step waits for (the cores the loader can use, the GPU's own time); "
+                "t measures it with a trial."
+            )
         if self.spots is not None and self.spots.lines:
             head.append(hotspot_text(self.spots))
         with VerticalScroll(id="finding-detail"):
@@ -133,32 +140,71 @@ def hotspot_text(spots: Hotspots) -> Text:
     return text
 
 
-HELP = """\
-gpudoctor: the dashboard of a training run
+# The help: (key or panel, what it is); rows wrap to the terminal's width.
+HELP_PANELS = (
+    (
+        "GPU",
+        "nvidia-smi's figures per GPU, a utilisation history, throttle reasons, the "
+        "GPU processes (the job's own marked)",
+    ),
+    (
+        "Host",
+        "CPU per core, load, iowait, memory, swap, disk and network rates; what other "
+        "processes keep busy",
+    ),
+    (
+        "Job",
+        "steps, step time p50/p90 and its history, samples/s, where a step goes (D data "
+        "wait, F forward, B backward, O optimizer), DataLoader workers",
+    ),
+    ("Output", "the tail of the job's own output (also in the log file)"),
+    ("Findings", "ranked by severity and estimated gain: Enter opens the remedies"),
+)
+HELP_KEYS = (
+    ("up/down, tab", "move between findings and panels"),
+    (
+        "enter",
+        "open the highlighted finding; there, g opens the guide's sections its "
+        "remedies cite, and t closes the app and runs the trial of its first remedy "
+        "(gpudoctor trial --apply REMEDY)",
+    ),
+    ("?", "this help (up/down or the mouse wheel scroll it)"),
+    ("ctrl+p", "the command palette"),
+    ("o", "the job's output, full screen"),
+    (
+        "r",
+        "a distributed job's ranks: step p50, data wait, own work, the wait for the "
+        "other ranks, the GPU util of each rank's device",
+    ),
+    ("p", "torch.profiler over the next 20 steps: the top operators"),
+    (
+        "q",
+        "quit: asks whether to stop the job (s) or leave it running (l); a watched job "
+        "is always left running",
+    ),
+    ("replay only", "left/right 5 s, pgup/pgdn 60 s, home/end"),
+)
 
-  GPU     nvidia-smi's figures per GPU, a utilisation history, throttle reasons,
-          the GPU processes (the job's own marked)
-  Host    CPU per core, load, iowait, memory, swap, disk and network rates
-  Job     steps, step time p50/p90 and its history, samples/s, where a step goes
-          (D data wait, F forward, B backward, O optimizer), DataLoader workers
-  Output  the tail of the job's own output (also in the log file)
-  Findings ranked by severity and estimated gain: Enter opens the remedies
 
-Keys
-  up/down, tab    move between findings and panels
-  enter           open the highlighted finding; there, g opens the guide's
-                  sections its remedies cite, and t closes the app and runs
-                  the trial of its first remedy (gpudoctor trial --apply REMEDY)
-  ?               this help
-  ctrl+p          the command palette
-  o               the job's output, full screen
-  r               a distributed job's ranks: step p50, data wait, own work, the
-                  wait for the other ranks, the GPU util of each rank's device
-  p               torch.profiler over the next 20 steps: the top operators
-  q, ctrl+c       quit (asks whether to stop the job or leave it running;
-                  a watched job is always left running)
-  replay only:    left/right 5 s, pgup/pgdn 60 s, home/end
-"""
+HelpContent = tuple[str, tuple[tuple[str, tuple[tuple[str, str], ...]], ...]]
+DOCTOR_HELP: HelpContent = (
+    "gpudoctor: the dashboard of a training run",
+    (("Panels", HELP_PANELS), ("Keys", HELP_KEYS)),
+)
+
+
+def help_text(content: HelpContent = DOCTOR_HELP) -> Group:
+    """The help as wrapped rows: the first column as wide as its longest key."""
+    heading, groups = content
+    parts: list[Any] = [Text(heading + "\n", "bold")]
+    for title, rows in groups:
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(no_wrap=True, style="bold")
+        grid.add_column(ratio=1)
+        for key, what in rows:
+            grid.add_row(key, what)
+        parts += [Text(title, "bold underline"), grid, Text("")]
+    return Group(*parts)
 
 
 class RanksScreen(Screen[None]):
@@ -260,9 +306,14 @@ def profile_text(profile: dict[str, Any]) -> Text:
 class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,q,question_mark", "app.pop_screen", "Close")]
 
+    def __init__(self, content: HelpContent = DOCTOR_HELP) -> None:
+        super().__init__()
+        self.content = content
+
     def compose(self) -> ComposeResult:
         with Vertical(id="help-box"):
-            yield Static(HELP, id="help-text")
+            with VerticalScroll(id="help-scroll"):
+                yield Static(help_text(self.content), id="help-text")
             yield Footer()
 
 
@@ -270,7 +321,8 @@ class QuitScreen(ModalScreen[str]):
     """Asked when the job is still running: stop it, or leave it running."""
 
     BINDINGS = [
-        Binding("s,ctrl+c", "choose('stop')", "Stop the job and quit"),
+        Binding("s", "choose('stop')", "Stop the job and quit"),
+        Binding("ctrl+c", "choose('stop')", "Stop the job and quit", show=False),
         Binding("l", "choose('leave')", "Leave it running and quit"),
         Binding("escape,c", "choose('cancel')", "Cancel"),
     ]

@@ -9,6 +9,7 @@ from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
 from gpudoctor import display
+from gpudoctor.diagnosis.remedies import CATALOGUE
 from gpudoctor.model import Finding, GpuProcess, GpuSample
 from gpudoctor.redact import redact_text
 from gpudoctor.snapshot import Snapshot
@@ -195,7 +196,8 @@ class JobPanel(Panel):
         width = max(10, (self.size.width or 60) - 4)
         state = "running" if s.running else _ended(s)
         out = Text()
-        out.append(" ".join(s.command)[:width], "bold")
+        out.append(display.command_words(s.command)[:width], "bold")
+        self.tooltip = " ".join(s.command)  # the full line
         up = f"up {display.duration(s.elapsed_s)}"
         if s.mode == "watch":
             out.append(f"\nwatching pid {s.job_pid}  {state}  {up}")
@@ -267,6 +269,7 @@ class FindingsPanel(OptionList):
 
     shown: tuple[Finding, ...] | None = None
     running = True
+    lang = "en"  # of the remedies' titles
 
     def show(self, s: Snapshot) -> None:
         if s.findings == self.shown and (s.findings or s.running == self.running):
@@ -277,7 +280,7 @@ class FindingsPanel(OptionList):
             # the list lays the screen out again, most of the app's CPU on a busy job)
             for i, (old, new) in enumerate(zip(before, s.findings, strict=True)):
                 if old != new:
-                    self.replace_option_prompt_at_index(i, _prompt(new))
+                    self.replace_option_prompt_at_index(i, _prompt(new, self.lang))
             return
         highlighted = self.highlighted
         self.clear_options()
@@ -285,12 +288,12 @@ class FindingsPanel(OptionList):
             words = "no findings yet" if s.running else "no findings: nothing to fix was seen"
             self.add_option(Option(Text(words, "dim"), id="none", disabled=True))
             return
-        self.add_options([Option(_prompt(f), id=f.id) for f in s.findings])
+        self.add_options([Option(_prompt(f, self.lang), id=f.id) for f in s.findings])
         # Enter opens the highlighted finding: the top one until the user moves
         self.highlighted = min(highlighted or 0, len(s.findings) - 1)
 
 
-def _prompt(f: Finding) -> Text:
+def _prompt(f: Finding, lang: str = "en") -> Text:
     text = Text()
     text.append(f"{f.severity.upper():<6} ", display.SEVERITY_STYLE.get(f.severity, ""))
     text.append(f"{f.id}: ", "bold")
@@ -298,6 +301,9 @@ def _prompt(f: Finding) -> Text:
     if f.confidence == "estimated":
         text.append(" (estimated)", "italic")
     text.append(f"\n       {f.evidence}", "dim")
+    if f.remedies and f.remedies[0] in CATALOGUE:  # the first remedy; Enter opens them all
+        title = CATALOGUE[f.remedies[0]].title
+        text.append(f"\n       -> {f.remedies[0]}: {title.get(lang) or title['en']}", "green")
     return text
 
 

@@ -1,0 +1,113 @@
+"""What a newcomer meets (issue 16): advice fitted to the job, durations that read, and a
+TUI that fits 80x24."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+
+from conftest import load_recorded_session
+from rich.console import Console
+from test_tui import text_of
+from windows import host, steps, window
+
+from gpudoctor import display
+from gpudoctor.diagnosis.rules import input_bound
+from gpudoctor.tui.app import make_replay_app
+from gpudoctor.tui.screens import HelpScreen, QuitScreen, help_text
+from gpudoctor.tui.widgets import FindingsPanel, _prompt
+from gpudoctor.units import ms_text
+
+
+def test_storage_remedies_only_when_the_job_touches_storage() -> None:
+    loop = steps(loader_ms=6.0)
+    idle_disk = input_bound.evaluate(window(steps=loop, host=host(read_mb_s=0.0)))
+    assert idle_disk is not None
+    assert not {"local-ssd", "memmap"} & set(idle_disk.remedies), idle_disk.remedies
+    reading = input_bound.evaluate(window(steps=loop, host=host(read_mb_s=20.0)))
+    assert reading is not None and {"local-ssd", "memmap"} <= set(reading.remedies)
+    sleeping = input_bound.evaluate(window(steps=loop, host=host(status="disk-sleep")))
+    assert sleeping is not None and "local-ssd" in sleeping.remedies
+
+
+def test_durations_below_a_millisecond_read_in_microseconds() -> None:
+    assert ms_text(0.3) == "300 µs" and ms_text(0.04) == "40 µs"
+    assert ms_text(1.0) == "1.0 ms" and ms_text(21.26) == "21.3 ms"
+    assert display.ms(0.25) == "250 µs" and display.ms(250.0) == "250 ms"
+    sub_ms = steps(wall_ms=0.3, loader_ms=0.1, forward_ms=0.05, backward_ms=0.05, optimizer_ms=0.02)
+    finding = input_bound.evaluate(window(steps=sub_ms))
+    assert finding is not None and "0.0 ms" not in finding.evidence
+    assert "of a 300 µs median step" in finding.evidence, finding.evidence
+
+
+def test_commands_are_named_the_way_a_person_names_them() -> None:
+    argv = ["/home/u/proj/.venv/bin/python", "/home/u/proj/sample_jobs/dl.py", "--num-workers", "0"]
+    assert display.command_words(argv, "/home/u/proj") == (
+        "python sample_jobs/dl.py --num-workers 0"
+    )
+    assert display.command_words(
+        ["torchrun", "--nproc-per-node=2", "/opt/x/train.py"], "/home"
+    ) == ("torchrun --nproc-per-node=2 /opt/x/train.py")
+
+
+def test_each_finding_in_the_list_shows_its_first_remedy() -> None:
+    finding = input_bound.evaluate(window(steps=steps(loader_ms=6.0)))
+    assert finding is not None
+    prompt = _prompt(finding).plain
+    assert f"-> {finding.remedies[0]}: Load batches in parallel worker processes" in prompt
+    assert "用多个 worker 进程并行加载数据" in _prompt(finding, "zh").plain
+
+
+def test_help_wraps_to_80_columns_and_scrolls_at_24_rows() -> None:
+    app = make_replay_app(load_recorded_session("dataloader_bound"), 7)
+
+    async def drive() -> None:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            await pilot.press("question_mark")
+            await pilot.pause()
+            assert isinstance(app.screen, HelpScreen)
+            scroll = app.screen.query_one("#help-scroll")
+            help_text = app.screen.query_one("#help-text")
+            assert "replay only" in text_of(help_text)  # the last row is there, not cut
+            assert scroll.max_scroll_y > 0  # more than 24 rows: it scrolls
+            before = scroll.scroll_y
+            await pilot.press("down", "down", "down")
+            await pilot.pause()
+            assert scroll.scroll_y > before
+            await pilot.press("escape")
+            assert not isinstance(app.screen, HelpScreen)
+            await pilot.press("q")
+
+    asyncio.run(drive())
+
+
+def test_the_help_is_wrapped_when_drawn_not_beforehand() -> None:
+    def lines(width: int) -> list[str]:
+        console = Console(width=width, file=io.StringIO(), record=True)
+        console.print(help_text())
+        return console.export_text().splitlines()
+
+    narrow, wide = lines(60), lines(140)
+    assert len(narrow) > len(wide)  # the rows rewrap to the width they are given
+    assert any(len(line.rstrip()) > 100 for line in wide)  # and use a wide screen
+
+
+def test_the_quit_dialog_shows_one_set_of_keys() -> None:
+    bindings = {b.key: b for b in QuitScreen.BINDINGS}  # type: ignore[union-attr]
+    assert bindings["s"].show and not bindings["ctrl+c"].show  # type: ignore[union-attr]
+    assert bindings["s"].action == bindings["ctrl+c"].action  # type: ignore[union-attr]
+
+
+def test_the_findings_panel_on_a_replay_shows_the_first_remedy() -> None:
+    app = make_replay_app(load_recorded_session("dataloader_bound"), 7)
+
+    async def drive() -> None:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            panel = app.query_one(FindingsPanel)
+            prompts = [str(panel.get_option_at_index(i).prompt) for i in range(panel.option_count)]
+            assert any("-> more-workers" in p for p in prompts), prompts
+            await pilot.press("q")
+
+    asyncio.run(drive())
