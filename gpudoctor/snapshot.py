@@ -101,7 +101,7 @@ def take(
         data_wait_fraction=w.data_wait_fraction if measured else None,
         split=w.split() if measured else {},
         findings=findings,
-        facts=w.facts,
+        facts=w.advice_facts,
         job_gpu_pids=w.job_pids,
         output_tail=redacted(output.read()) if output is not None else (),
         output_path=str(output.path) if output is not None else None,

@@ -13,6 +13,7 @@ from windows import host, steps, window
 
 from gpudoctor import display
 from gpudoctor.diagnosis.rules import input_bound
+from gpudoctor.prescribe.how import fitted_snippet, how
 from gpudoctor.tui.app import make_replay_app
 from gpudoctor.tui.screens import HelpScreen, QuitScreen, help_text
 from gpudoctor.tui.widgets import FindingsPanel, _prompt
@@ -111,3 +112,17 @@ def test_the_findings_panel_on_a_replay_shows_the_first_remedy() -> None:
             await pilot.press("q")
 
     asyncio.run(drive())
+
+
+def test_snippets_carry_the_values_the_advice_computed() -> None:
+    facts = {"dataloaders": [{"num_workers": 0, "batch_size": 24}], "world_size": 1}
+    assert fitted_snippet("prefetch", facts, 2) == (
+        "DataLoader(dataset, num_workers=2, prefetch_factor=4)"
+    )
+    assert "num_workers=2" in how("prefetch", facts, 2)  # the words and the snippet agree
+    assert fitted_snippet("more-workers", facts, 2) == (
+        "DataLoader(dataset, batch_size=24, num_workers=2)"
+    )
+    assert "batch_size=48" in fitted_snippet("larger-batch", facts, 2)
+    assert "torch.float16" in fitted_snippet("amp", {"compute_capability": (7, 0)}, 2)
+    assert "torch.bfloat16" in fitted_snippet("amp", {"compute_capability": (9, 0)}, 2)

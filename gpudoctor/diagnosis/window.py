@@ -155,6 +155,13 @@ class Window:
         return self.estimated and self.stack_total >= MIN_STACK_SAMPLES
 
     @cached_property
+    def advice_facts(self) -> dict[str, Any]:
+        """The facts a remedy's words and snippet are fitted with: the probe's, and the
+        job's GPU's compute capability (which dtype mixed precision should use)."""
+        caps = [g.compute_capability for g in self.gpus if g.compute_capability]
+        return {**self.facts, "compute_capability": caps[-1]} if caps else self.facts
+
+    @cached_property
     def hotspots(self) -> Hotspots | None:
         """The lines of the user's code the time outside the model goes to (py-spy's)."""
         return hotspots(self.hotspot_chunks)

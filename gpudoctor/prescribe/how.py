@@ -3,6 +3,7 @@ probe saw one that fits, else by an edit (shown with its snippet)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from gpudoctor.diagnosis.remedies import CATALOGUE
@@ -38,8 +39,29 @@ def suggested_value(remedy_id: str, facts: dict[str, Any], cores_allowed: int, c
     return None
 
 
+def fitted_snippet(remedy_id: str, facts: dict[str, Any], cores_allowed: int) -> str:
+    """The remedy's snippet with this job's values: the workers the doctor suggests for
+    the cores each rank may use, the job's own batch size (doubled or halved for the
+    batch remedies), bfloat16 where the GPU has it (compute capability 8.0 and up)."""
+    text = CATALOGUE[remedy_id].snippet
+    loaders = facts.get("dataloaders") or []
+    batch = loaders[0].get("batch_size") if loaders else None
+    if "num_workers=" in text:
+        text = re.sub(
+            r"num_workers=\d+", f"num_workers={suggested_workers(facts, cores_allowed)}", text
+        )
+    if isinstance(batch, int) and batch > 0 and "batch_size=" in text:
+        size = suggested_value(remedy_id, facts, cores_allowed, batch)
+        text = re.sub(
+            r"batch_size=\d+", f"batch_size={size if isinstance(size, int) else batch}", text
+        )
+    cc = facts.get("compute_capability")
+    if remedy_id == "amp" and isinstance(cc, (list, tuple)) and cc and int(cc[0]) >= 8:
+        text = text.replace("dtype=torch.float16", "dtype=torch.bfloat16")
+    return text
+
+
 def how(remedy_id: str, facts: dict[str, Any], cores_allowed: int, lang: str = "en") -> str:
-    remedy = CATALOGUE[remedy_id]
     found = script_flag(remedy_id, facts)
     if remedy_id == "more-workers" and not facts.get("dataloaders"):
         found = None  # a workers flag does nothing for input code outside a DataLoader
@@ -53,7 +75,7 @@ def how(remedy_id: str, facts: dict[str, Any], cores_allowed: int, lang: str = "
         if lang == "zh":
             return f"脚本已有 {flag} 选项（当前 {current!r}）：改为 {flag} {value} 运行。"
         return f"Your script has {flag} (now {current!r}): run it with {flag} {value}."
-    snippet = remedy.snippet.splitlines()[0]
+    snippet = fitted_snippet(remedy_id, facts, cores_allowed).splitlines()[0]
     if remedy_id == "more-workers":
         loaders = facts.get("dataloaders") or []
         n = suggested_workers(facts, cores_allowed)

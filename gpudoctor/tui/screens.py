@@ -19,7 +19,7 @@ from gpudoctor.diagnosis.hotspots import Hotspots
 from gpudoctor.diagnosis.ranks import RankMeasure
 from gpudoctor.diagnosis.remedies import CATALOGUE
 from gpudoctor.model import Finding, GpuSample
-from gpudoctor.prescribe.how import how
+from gpudoctor.prescribe.how import fitted_snippet, how
 from gpudoctor.redact import redact_text
 from gpudoctor.terminal import OutputLine
 from gpudoctor.tui.widgets import styled
@@ -91,8 +91,9 @@ class FindingScreen(Screen[None]):
                 text.append(f"  [{rid}; guide: {remedy.guide_section}]\n", "dim")
                 text.append(explanation + "\n")
                 text.append("On a rerun: " + how(rid, self.facts, self.cores, self.lang))
-                if remedy.snippet:
-                    text.append("\n\n" + remedy.snippet, "green")
+                if remedy.snippet:  # with this job's values, as the advice above
+                    snippet = fitted_snippet(rid, self.facts, self.cores)
+                    text.append("\n\n" + snippet, "green")
                 yield Static(text, classes="remedy")
         yield Footer()
 
