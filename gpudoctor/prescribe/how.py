@@ -51,10 +51,10 @@ def fitted_snippet(remedy_id: str, facts: dict[str, Any], cores_allowed: int) ->
             r"num_workers=\d+", f"num_workers={suggested_workers(facts, cores_allowed)}", text
         )
     if isinstance(batch, int) and batch > 0 and "batch_size=" in text:
-        size = suggested_value(remedy_id, facts, cores_allowed, batch)
-        text = re.sub(
-            r"batch_size=\d+", f"batch_size={size if isinstance(size, int) else batch}", text
-        )
+        size = batch
+        if remedy_id in ("larger-batch", "smaller-batch"):
+            size = suggested_value(remedy_id, facts, cores_allowed, batch)
+        text = re.sub(r"batch_size=\d+", f"batch_size={size}", text)
     cc = facts.get("compute_capability")
     if remedy_id == "amp" and isinstance(cc, (list, tuple)) and cc and int(cc[0]) >= 8:
         text = text.replace("dtype=torch.float16", "dtype=torch.bfloat16")
