@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
+from pathlib import Path
 
-from conftest import load_recorded_session
+from conftest import PY, doctor, load_recorded_session
 from rich.console import Console
 from test_tui import text_of
 from windows import host, steps, window
@@ -126,3 +128,47 @@ def test_snippets_carry_the_values_the_advice_computed() -> None:
     assert "batch_size=48" in fitted_snippet("larger-batch", facts, 2)
     assert "torch.float16" in fitted_snippet("amp", {"compute_capability": (7, 0)}, 2)
     assert "torch.bfloat16" in fitted_snippet("amp", {"compute_capability": (9, 0)}, 2)
+
+
+ROOTED = """
+import pathlib, sys, torch
+from torch.utils.data import DataLoader, Dataset
+
+class Files(Dataset):
+    def __init__(self, root):
+        self.root = pathlib.Path(root)
+    def __len__(self):
+        return 64
+    def __getitem__(self, i):
+        return torch.full((4,), float(i))
+    def __getattr__(self, name):
+        raise RuntimeError("a dataset whose lookups fail")
+
+class Wrapped(Dataset):  # a Subset-like wrapper, its own attributes failing too
+    def __init__(self, inner):
+        self.dataset = inner
+    def __len__(self):
+        return len(self.dataset)
+    def __getitem__(self, i):
+        return self.dataset[i]
+
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(3):
+    for x in DataLoader(Wrapped(Files(sys.argv[1])), batch_size=8):
+        model(x).sum().backward(); opt.step(); opt.zero_grad()
+print("done", round(float(model.weight.sum()), 6))
+"""
+
+
+def test_the_dataset_root_is_seen_and_named_in_the_local_ssd_snippet(tmp_path: Path) -> None:
+    script = tmp_path / "rooted.py"
+    script.write_text(ROOTED)
+    data = tmp_path / "my-data"
+    report = tmp_path / "r.json"
+    result = doctor("run", "--headless", "--report", str(report), "--", PY, str(script), str(data))
+    assert result.returncode == 0 and "done" in result.stdout, result.stderr[-2000:]
+    loaders = json.loads(report.read_text())["facts"]["dataloaders"]
+    assert loaders[0]["root"] == str(data)
+    facts = {"dataloaders": loaders}
+    assert fitted_snippet("local-ssd", facts, 2).startswith(f"rsync -a {data}/ /path/to/local")

@@ -55,6 +55,9 @@ def fitted_snippet(remedy_id: str, facts: dict[str, Any], cores_allowed: int) ->
         if remedy_id in ("larger-batch", "smaller-batch"):
             size = suggested_value(remedy_id, facts, cores_allowed, batch)
         text = re.sub(r"batch_size=\d+", f"batch_size={size}", text)
+    roots = [str(d["root"]) for d in loaders if d.get("root")]
+    if remedy_id == "local-ssd" and roots:  # where the job's dataset says it reads from
+        text = text.replace("/path/to/your/dataset/", roots[0].rstrip("/") + "/")
     cc = facts.get("compute_capability")
     if remedy_id == "amp" and isinstance(cc, (list, tuple)) and cc and int(cc[0]) >= 8:
         text = text.replace("dtype=torch.float16", "dtype=torch.bfloat16")

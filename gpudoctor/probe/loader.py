@@ -5,6 +5,7 @@ ClassPatch (invisible.py) that is there for those steps and gone for the others.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -91,6 +92,9 @@ class LoaderHooks:
             "prefetch_factor": getattr(it, "_prefetch_factor", None),
             "persistent_workers": bool(getattr(it, "_persistent_workers", False)),
         }
+        root = data_root(getattr(it, "_dataset", None))
+        if root is not None:
+            entry["root"] = root
         for known in self.loaders:
             if {k: v for k, v in known.items() if k != "index"} == entry:
                 return int(known["index"])
@@ -124,3 +128,27 @@ def batch_size(torch: Any, batch: Any, depth: int = 0) -> int:
         if isinstance(batch, dict) and batch:
             return batch_size(torch, next(iter(batch.values())), depth + 1)
     return -1
+
+
+def data_root(dataset: Any) -> str | None:
+    """Where the dataset reads from, when it says so the common way (a `root` attribute
+    that is a path: torchvision's datasets and many written like them), on it or on
+    the dataset it wraps (a Subset); None otherwise. A dataset's own attribute lookup
+    may fail in any way: that is never the job's trouble."""
+    for candidate in (dataset, getattr_quietly(dataset, "dataset")):
+        root = getattr_quietly(candidate, "root")
+        if isinstance(root, (str, os.PathLike)):
+            try:
+                return os.fspath(root)
+            except Exception:  # noqa: BLE001 - a path-like whose __fspath__ fails
+                return None
+    return None
+
+
+def getattr_quietly(obj: Any, name: str) -> Any:
+    if obj is None:
+        return None
+    try:
+        return getattr(obj, name, None)
+    except Exception:  # noqa: BLE001 - a dataset's __getattr__ can raise anything
+        return None
