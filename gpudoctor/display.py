@@ -243,10 +243,11 @@ def rank_rows(ranks: Sequence[RankMeasure], gpus: Sequence[GpuSample], room: int
     return [row(r) for r in slowest] + [between, row(fastest)]
 
 
-def command_words(argv: Sequence[str], cwd: str | None = None) -> str:
+def command_words(argv: Sequence[str], cwd: str | None = None, width: int | None = None) -> str:
     """A command the way a person names it: the program by its name (`python`, not
     `/home/u/.venv/bin/python`), paths under the working directory relative to it
-    (`python sample_jobs/dataloader_bound.py --num-workers 0`)."""
+    (`python sample_jobs/dataloader_bound.py --num-workers 0`); when that is wider than
+    `width`, every path by its file's name (`python dataloader_bound.py --num-workers 0`)."""
     base = (cwd or os.getcwd()).rstrip("/") + "/"
     out = []
     for i, word in enumerate(argv):
@@ -255,4 +256,7 @@ def command_words(argv: Sequence[str], cwd: str | None = None) -> str:
         elif word.startswith(base):
             word = word[len(base) :]
         out.append(word)
-    return " ".join(out)
+    text = " ".join(out)
+    if width is not None and len(text) > width:
+        text = " ".join(os.path.basename(w) if "/" in w and not w.endswith("/") else w for w in out)
+    return text

@@ -51,6 +51,8 @@ def test_commands_are_named_the_way_a_person_names_them() -> None:
     assert display.command_words(
         ["torchrun", "--nproc-per-node=2", "/opt/x/train.py"], "/home"
     ) == ("torchrun --nproc-per-node=2 /opt/x/train.py")
+    # too wide for the panel: paths by their file's name
+    assert display.command_words(argv, "/home/u/proj", width=30) == "python dl.py --num-workers 0"
 
 
 def test_each_finding_in_the_list_shows_its_first_remedy() -> None:

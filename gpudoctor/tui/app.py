@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from textual import on
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal
 from textual.widgets import Footer, Header, OptionList
 
 from gpudoctor.model import JobExit
@@ -65,11 +65,12 @@ class DoctorApp(App[JobExit | None]):
     def compose(self) -> ComposeResult:
         yield Header()
         yield GpuPanel(id="gpu-panel")
+        # host and job side by side, as tall as the taller's content; the output below
+        # them across the screen gets the rows they leave (empty host rows took them)
         with Horizontal(id="middle"):
             yield HostPanel(id="host-panel")
-            with Vertical(id="job-column"):
-                yield JobPanel(id="job-panel")
-                yield OutputPanel(id="output-panel")
+            yield JobPanel(id="job-panel")
+        yield OutputPanel(id="output-panel")
         findings = FindingsPanel(id="findings-panel")
         findings.lang = self.lang
         yield findings

@@ -196,7 +196,7 @@ class JobPanel(Panel):
         width = max(10, (self.size.width or 60) - 4)
         state = "running" if s.running else _ended(s)
         out = Text()
-        out.append(display.command_words(s.command)[:width], "bold")
+        out.append(display.command_words(s.command, width=width)[:width], "bold")
         self.tooltip = " ".join(s.command)  # the full line
         up = f"up {display.duration(s.elapsed_s)}"
         if s.mode == "watch":
