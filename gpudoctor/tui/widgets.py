@@ -4,6 +4,7 @@ values come ready-made from gpudoctor.display."""
 from __future__ import annotations
 
 from rich.text import Text
+from textual.binding import Binding
 from textual.reactive import reactive
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
@@ -266,6 +267,8 @@ class FindingsPanel(OptionList):
     """Ranked findings; Enter opens one (OptionList posts OptionSelected)."""
 
     BORDER_TITLE = "Findings"
+    # OptionList's own Enter (select) is hidden from the footer: shown here, named
+    BINDINGS = [Binding("enter", "select", "Remedies", show=True)]
 
     shown: tuple[Finding, ...] | None = None
     running = True
