@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # the app only follows what it is given: no need to load the 
     from gpudoctor.app.follow import Follower
 
 REPLAY_STEP_S = 5.0
+TALL_ROWS = 40  # from this many rows the findings panel is as tall as its content
 REPLAY_PAGE_S = 60.0
 
 
@@ -83,6 +84,10 @@ class DoctorApp(App[JobExit | None]):
     def on_resize(self) -> None:
         # the GPU panel's layout follows the screen's height, which may change alone
         self.query_one(GpuPanel).rerender()
+        # a tall screen gives the findings what they need and the output the rest; a
+        # short one keeps its fixed share (content-sized findings would push it off)
+        tall = self.size.height >= TALL_ROWS
+        self.query_one(FindingsPanel).styles.height = "auto" if tall else "30%"
 
     # -- snapshots down ------------------------------------------------------------------
 
