@@ -68,6 +68,10 @@ MAX_UNSAVED = 50_000
 FINISH_TRIES_S = 5.0
 # Columns added since the first stores: added to an older store when it is opened.
 ADDED_COLUMNS = {"doctor_pid": "INTEGER", "output_path": "TEXT"}
+# The store's layout, in SQLite's user_version: 0 a store from before it was numbered
+# (brought up to date by adding ADDED_COLUMNS), 1 this layout. A store numbered higher
+# was written by a newer gpudoctor: it is not touched, and says so in one line.
+SCHEMA_VERSION = 1
 
 
 class StoreError(Exception):
@@ -148,9 +152,28 @@ class Store:
             self.notice = "; ".join(line for line in said if line) or None
             # a short wait for a lock: the loop must not stall on a store someone holds
             self.db = sqlite3.connect(str(path), timeout=BUSY_S, check_same_thread=False)
+            version = int(self.db.execute("PRAGMA user_version").fetchone()[0])
+            if version > SCHEMA_VERSION:
+                self.db.close()
+                raise StoreError(
+                    f"the session store {path} was written by a newer gpudoctor (store layout "
+                    f"{version}; this one reads up to {SCHEMA_VERSION}): upgrade gpudoctor, "
+                    "or record elsewhere with --store PATH"
+                )
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.executescript(SCHEMA)
+            self._migrate(version)
+        except (sqlite3.Error, OSError) as exc:
+            raise StoreError(f"cannot use the session store {path}: {exc}") from None
+        self._pending: list[tuple[int, int, str, str]] = []
+        self.trouble: str | None = None  # why the last commit failed, while it fails
+        self.lost = 0  # records let go while the store could not be written
+
+    def _migrate(self, version: int) -> None:
+        """Bring an older layout up to this one (each step safe to run twice: two doctors
+        may open an old store at once)."""
+        if version < 1:
             have = {row[1] for row in self.db.execute("PRAGMA table_info(sessions)")}
             for name, kind in ADDED_COLUMNS.items():
                 if name not in have:
@@ -159,11 +182,7 @@ class Store:
                     except sqlite3.OperationalError as exc:  # another doctor added it first
                         if "duplicate column" not in str(exc):
                             raise
-        except (sqlite3.Error, OSError) as exc:
-            raise StoreError(f"cannot use the session store {path}: {exc}") from None
-        self._pending: list[tuple[int, int, str, str]] = []
-        self.trouble: str | None = None  # why the last commit failed, while it fails
-        self.lost = 0  # records let go while the store could not be written
+            self.db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -353,6 +372,26 @@ class Store:
         if exit_json:
             timeline.exit = JobExit(**json.loads(exit_json))
         return last
+
+    def prune(self, older_than_s: float, now: float | None = None) -> tuple[int, int]:
+        """Sessions that started more than `older_than_s` ago and are not live, with
+        their records, deleted, and the file shrunk; (sessions, records) deleted."""
+        cutoff = (time.time() if now is None else now) - older_than_s
+        old = [row for row in self.sessions() if row.started_unix < cutoff and not row.live]
+        ids = [(row.id,) for row in old]
+        try:
+            with self.db:
+                records = sum(
+                    self.db.execute("DELETE FROM records WHERE session_id=?", i).rowcount
+                    for i in ids
+                )
+                self.db.executemany("DELETE FROM sessions WHERE id=?", ids)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot prune the session store {self.path}: {exc}") from None
+        if ids:  # shrinking waits for no one: a doctor writing now keeps it for later
+            with contextlib.suppress(sqlite3.Error):
+                self.db.execute("VACUUM")
+        return len(ids), records
 
     def counted_steps(self, session_id: int) -> int | None:
         """An unfinished session's steps so far (its processes' counter pages), or None

@@ -16,7 +16,7 @@ from conftest import PY
 from windows import gpus, host
 
 from gpudoctor.model import JobExit
-from gpudoctor.store import Store, StoreError, encode
+from gpudoctor.store import SCHEMA_VERSION, Store, StoreError, encode
 from gpudoctor.timeline import Timeline
 
 
@@ -153,6 +153,66 @@ def test_a_store_from_before_live_sessions_opens_and_lists(tmp_path: Path) -> No
     store.commit()
     assert store.counted_steps(sid) == 97  # each process's latest count, summed
     store.close()
+    with contextlib.closing(sqlite3.connect(path)) as db:  # numbered now: not migrated again
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+def test_a_store_from_a_newer_gpudoctor_is_left_untouched_with_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "newer.db"
+    Store(path).close()
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+        db.execute("CREATE TABLE rollups (x)")  # whatever the newer one keeps
+        db.commit()
+    before = path.read_bytes()
+    result = subprocess.run(
+        [PY, "-m", "gpudoctor", "--store", str(path), "history"], capture_output=True, text=True
+    )
+    assert result.returncode == 2 and result.stdout == ""
+    (line,) = result.stderr.strip().splitlines()
+    assert "written by a newer gpudoctor" in line and "--store" in line
+    assert path.read_bytes() == before
+
+
+def _session(store: Store, started_unix: float, ended: bool = True) -> int:
+    sid = store.create_session(Timeline(["python", "t.py"], started_unix, 0), "/work", 5)
+    for t in range(3):
+        store.add(sid, "host", t, encode(host(n=1)[0]))
+    store.commit()
+    if ended:
+        store.finish(sid, 10, JobExit(exit_code=0, ended_by="exit"), {"steps": 3})
+    return sid
+
+
+def test_prune_deletes_old_sessions_and_their_records_and_keeps_the_rest(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    store = Store(path)
+    now = time.time()
+    old = _session(store, now - 40 * 86400)
+    recent = _session(store, now - 3600)
+    live = _session(store, now, ended=False)  # this process records it
+    store.close()
+    result = subprocess.run(
+        [PY, "-m", "gpudoctor", "--store", str(path), "history", "--prune", "30d"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("pruned 1 sessions (3 records)")
+    store = Store(path)
+    assert {r.id for r in store.sessions()} == {recent, live}
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT count(*) FROM records WHERE session_id=?", (old,)).fetchone()[0] == 0
+    db.close()
+    time.sleep(1.1)
+    assert store.prune(1.0) == (1, 3)  # the recent one; never a session still recorded
+    assert {r.id for r in store.sessions()} == {live}
+    store.close()
+    bad = subprocess.run(
+        [PY, "-m", "gpudoctor", "--store", str(path), "history", "--prune", "soon"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "not an age: 'soon'" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
 
 
 def test_a_locked_store_keeps_the_records_until_it_can_write_them(tmp_path: Path) -> None:

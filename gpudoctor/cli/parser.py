@@ -150,6 +150,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     history = add("history", "recorded sessions, newest first")
     history.add_argument("--limit", type=int, default=20, help="how many to list (default 20)")
+    history.add_argument(
+        "--prune", type=_age, metavar="AGE",
+        help="first delete the sessions that started more than AGE ago (e.g. 30d, 12h, 2w), "
+        "their records with them, and shrink the store (live sessions are kept)",
+    )  # fmt: skip
 
     report = add("report", "rebuild the report of a recorded session")
     report.add_argument("session", help="session id (see `gpudoctor history`), or `last`")
@@ -206,3 +211,18 @@ def _positive_float(text: str) -> float:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
     return value
+
+
+_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def _age(text: str) -> float:
+    """`30d`, `12h`, `2w`, `90m`, `45s`: seconds."""
+    number, unit = text[:-1], text[-1:].lower()
+    try:
+        value = float(number)
+    except ValueError:
+        value = -1.0
+    if unit not in _AGE_UNITS or value <= 0:
+        raise argparse.ArgumentTypeError(f"not an age: {text!r} (e.g. 30d, 12h, 2w)")
+    return value * _AGE_UNITS[unit]

@@ -19,6 +19,12 @@ from gpudoctor.timeline import Timeline
 def history(args: argparse.Namespace) -> int:
     store = open_store(args)
     try:
+        if args.prune is not None:
+            sessions, records = store.prune(args.prune)
+            size = store.path.stat().st_size / 1e6
+            print(
+                f"pruned {sessions} sessions ({records} records); {store.path} is now {size:.1f} MB"
+            )
         return _history(store, args.limit)
     except StoreError as exc:
         raise UsageError(f"gpudoctor: {exc}") from None
