@@ -69,6 +69,9 @@ def start_doctor(tmp_path: Path, *args: str, out: Path) -> subprocess.Popen[byte
             ],  # fmt: skip
             stdout=stdout,
             stderr=subprocess.DEVNULL,
+            # as from a terminal: a suite started in the background of a script inherits
+            # SIGINT ignored, which the doctor and the job would inherit in turn
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
 
 
