@@ -214,7 +214,9 @@ def test_an_idle_waiting_loop_is_named_idle_at_its_sleep(tmp_path: Path) -> None
     assert (top["file"], top["line"], top["state"], top["where"]) == (
         str(script), line, "idle", "main",
     )  # fmt: skip
-    assert top["share"] > 0.5 and top["code"] == "time.sleep(0.02)  # <- the line"
+    # most of each step (a quiet machine: ~0.9; beside a busy suite the rest of the step
+    # waits for a core, and that counts as on a CPU: ~0.4)
+    assert top["share"] > 0.25 and top["code"] == "time.sleep(0.02)  # <- the line"
     evidence = _input_bound(report)["evidence"]
     assert f"idle at wait_loop.py:{line} `time.sleep(0.02)" in evidence
     assert "it waits" in evidence and "it does not compute input" in evidence

@@ -33,7 +33,7 @@ from typing import Any
 import gpudoctor
 from gpudoctor import run_folders
 from gpudoctor.model import HotspotChunk, HotspotLine
-from gpudoctor.sources.stacks import _FRAME, _THREAD, _library, _spawn, classify
+from gpudoctor.sources.stacks import _FRAME, _THREAD, _library, _spawn, classify, record_argv
 
 RATE_HZ = 10  # each of the two runs: 20 Hz together (DESIGN.md section 7: 20 Hz or less)
 CHUNK_S = 10.0
@@ -197,26 +197,9 @@ class HotspotSampler:
         self._t_start = time.monotonic_ns()
         self._runs = []
         for name, idle in (("all", True), ("busy", False)):
-            argv = [
-                self.py_spy,
-                "record",
-                "--pid",
-                str(self.pid),
-                "--nonblocking",
-                "--full-filenames",
-                "--subprocesses",
-                "--threads",
-                "--rate",
-                str(self.rate_hz),
-                "--format",
-                "raw",
-                "--duration",
-                str(max(1, round(self.chunk_s))),
-                "--output",
-                self._path(name),
-            ]
-            if idle:
-                argv.insert(argv.index("--threads"), "--idle")
+            argv = record_argv(
+                self.py_spy, self.pid, self.rate_hz, self.chunk_s, self._path(name), idle, True
+            )
             self._runs.append(_spawn(argv, None))
 
     def poll(self) -> HotspotChunk | None:

@@ -269,30 +269,15 @@ class StackSampler:
         self._dump_tries = 0
         self._counters = {}
         self._counters_t = None
-        record = [
-            self.py_spy,
-            "record",
-            "--pid",
-            str(self.pid),
-            "--nonblocking",
-            "--full-filenames",
-            "--rate",
-            str(self.rate_hz),
-            "--idle",
-            "--threads",
-            "--format",
-            "raw",
-            "--duration",
-            str(max(1, round(self.first_chunk_s if self._n == 1 else self.chunk_s))),
-            "--output",
-            self._path("raw"),
-        ]
+        seconds = self.first_chunk_s if self._n == 1 else self.chunk_s
         if self.lines:
-            record.insert(record.index("--threads"), "--subprocesses")
-            busy = [a for a in record if a != "--idle"]
-            busy[busy.index("--rate") + 1] = str(BUSY_RATE_HZ)
-            busy[-1] = self._path("busy")
+            busy = record_argv(
+                self.py_spy, self.pid, BUSY_RATE_HZ, seconds, self._path("busy"), False, True
+            )
             self._busy = _spawn(busy, None)
+        record = record_argv(
+            self.py_spy, self.pid, self.rate_hz, seconds, self._path("raw"), True, self.lines
+        )
         self._record = _spawn(record, None)
 
     def poll(self) -> StackChunk | None:
@@ -371,6 +356,18 @@ class StackSampler:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=2)
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def record_argv(
+    py_spy: str, pid: int, rate_hz: int, seconds: float, output: str, idle: bool, children: bool
+) -> list[str]:
+    """One `py-spy record` of the process, non-blocking, raw output with thread ids:
+    every thread whatever its state (`idle`) or only those on a CPU, and its child
+    processes too (`children`: DataLoader workers)."""
+    argv = [py_spy, "record", "--pid", str(pid), "--nonblocking", "--full-filenames"]
+    argv += ["--rate", str(rate_hz), "--threads", "--format", "raw"]
+    argv += ["--duration", str(max(1, round(seconds))), "--output", output]
+    return argv + (["--idle"] if idle else []) + (["--subprocesses"] if children else [])
 
 
 def _spawn(argv: list[str], stdout: Any) -> subprocess.Popen[bytes]:
