@@ -12,13 +12,12 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, doctor, load_recorded_session
-from test_tui import text_of
+from test_tui import open_finding, text_of
 
 from gpudoctor import guide
 from gpudoctor.diagnosis.remedies import CATALOGUE
 from gpudoctor.tui.app import make_replay_app
 from gpudoctor.tui.screens import FindingScreen, GuideScreen
-from gpudoctor.tui.widgets import FindingsPanel
 
 
 @pytest.mark.parametrize("lang", guide.LANGS)
@@ -79,11 +78,7 @@ def test_g_on_a_finding_opens_the_sections_its_remedies_cite() -> None:
     async def drive() -> None:
         async with app.run_test(size=(80, 24)) as pilot:
             await pilot.pause()
-            findings = app.query_one(FindingsPanel)
-            findings.focus()
-            findings.highlighted = [str(o.id) for o in findings.options].index("input-bound")
-            await pilot.press("enter")
-            assert isinstance(app.screen, FindingScreen)
+            await open_finding(app, pilot, "input-bound")
             await pilot.press("g")
             assert isinstance(app.screen, GuideScreen)
             assert app.screen.section_ids[0] == "dataloader"

@@ -14,14 +14,12 @@ from typing import Any
 
 import pytest
 from conftest import PY, doctor, env_without_probe, load_recorded_session
-from test_tui import text_of
+from test_tui import open_finding, text_of
 
 from gpudoctor.diagnosis.hotspots import hotspots
 from gpudoctor.sources.hotspots import chunk_of, parse, user_code
 from gpudoctor.sources.stacks import find_py_spy
 from gpudoctor.tui.app import make_replay_app
-from gpudoctor.tui.screens import FindingScreen
-from gpudoctor.tui.widgets import FindingsPanel
 
 pytestmark = pytest.mark.skipif(find_py_spy() is None, reason="py-spy is a dependency")
 
@@ -306,12 +304,8 @@ def test_the_finding_screen_lists_the_lines_with_their_code() -> None:
     async def drive() -> None:
         async with app.run_test(size=(80, 40)) as pilot:
             await pilot.pause()
-            findings = app.query_one(FindingsPanel)
-            findings.focus()
-            findings.highlighted = [str(o.id) for o in findings.options].index("input-bound")
-            await pilot.press("enter")
-            assert isinstance(app.screen, FindingScreen)
-            head = text_of(app.screen.query_one("#finding-head"))
+            screen = await open_finding(app, pilot, "input-bound")
+            head = text_of(screen.query_one("#finding-head"))
             assert "Where the time outside the model goes (py-spy, 40 samples" in head
             assert "83% of the workers, busy  data.py:21 in blur" in head
             assert "code of 21" in head

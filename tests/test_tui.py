@@ -26,6 +26,16 @@ from gpudoctor.tui.screens import FindingScreen, HelpScreen, QuitScreen
 from gpudoctor.tui.widgets import FindingsPanel, GpuPanel, HostPanel, JobPanel
 
 
+async def open_finding(app: Any, pilot: Any, finding_id: str) -> FindingScreen:
+    """The finding's screen, opened from the findings list as a user does (Enter)."""
+    findings = app.query_one(FindingsPanel)
+    findings.focus()
+    findings.highlighted = [str(o.id) for o in findings.options].index(finding_id)
+    await pilot.press("enter")
+    assert isinstance(app.screen, FindingScreen)
+    return app.screen
+
+
 def text_of(widget: Any) -> str:
     """What a panel shows, as plain text (its content rendered at the panel's width)."""
     console = Console(width=max(20, widget.size.width), file=io.StringIO(), record=True)
