@@ -69,6 +69,8 @@ class RunPrompt(ModalScreen[tuple[str, ...] | None]):
         self.dismiss(None)
 
 
+WIDE_COLUMNS = 120  # from this many columns the process list sits beside the host panel
+
 # The machine view's help: (key or panel, what it is).
 HOME_HELP: HelpContent = (
     "gpudoctor: the machine",
@@ -129,6 +131,12 @@ class HomeApp(App[HomeChoice | None]):
             yield HostPanel(id="host-panel")
             yield DataTable(id="process-table", cursor_type="row", zebra_stripes=True)
         yield Footer()
+
+    def on_resize(self) -> None:
+        """Narrow: the process list below the host panel, across the screen, so that its
+        commands have room; wide: side by side."""
+        narrow = self.size.width < WIDE_COLUMNS
+        self.query_one("#middle").set_class(narrow, "stacked")
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
