@@ -13,14 +13,19 @@ from itertools import islice
 from typing import Any
 
 from gpudoctor.diagnosis.ranks import RankSummary
-from gpudoctor.diagnosis.window import Window
+from gpudoctor.diagnosis.rollup import StepRollup
+from gpudoctor.diagnosis.window import WARMUP_STEPS, Window
 from gpudoctor.model import GpuSample, HostSample, HotspotChunk, JobExit, StackChunk, StepRecord
 from gpudoctor.probe import protocol
 
 BATCH = protocol.STEP_FIELDS.index("batch_size")
 # A week-long run must not grow the doctor without bound: the timeline keeps the most
-# recent samples and steps (the store keeps them all); counts stay exact.
-MAX_STEPS_KEPT = 200_000  # per process
+# recent samples and steps as rows (the store keeps them all), every steady step rolled
+# up per process (diagnosis/rollup.py: the whole run's measures); counts stay exact.
+# A step row costs about 400 bytes: the rows of all processes together stay under
+# MAX_STEP_ROWS (about 48 MB), shared out evenly, never fewer than MIN_STEP_ROWS each.
+MAX_STEP_ROWS = 120_000
+MIN_STEP_ROWS = 5_000
 MAX_SAMPLES_KEPT = 6 * 3600  # host and GPU readings: six hours at 1 Hz
 
 
@@ -37,6 +42,7 @@ class Timeline:
     host: deque[HostSample] = field(default_factory=_samples)
     gpus: deque[GpuSample] = field(default_factory=_samples)
     steps: dict[int, deque[StepRecord]] = field(default_factory=dict)
+    rollups: dict[int, StepRollup] = field(default_factory=dict)  # every steady step
     step_counts: dict[int, int] = field(default_factory=dict)
     facts: dict[int, dict[str, Any]] = field(default_factory=dict)
     gauges: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
@@ -81,13 +87,16 @@ class Timeline:
         if rows:
             steps = self.steps.get(pid)
             if steps is None:
-                steps = self.steps[pid] = deque(maxlen=MAX_STEPS_KEPT)
+                steps = self._new_process(pid)
             self.step_counts[pid] = self.step_counts.get(pid, 0) + len(rows)
-            append = steps.append
+            append, roll = steps.append, self.rollups[pid].add
             for row in rows:
                 if row[BATCH] < 0:  # unknown (every counted step): None, set in the row
                     row[BATCH] = None  # itself, which costs a fraction of _replace
-                append(StepRecord(pid, *row))
+                step = StepRecord(pid, *row)
+                append(step)
+                if step.number >= WARMUP_STEPS:
+                    roll(step)
         if "facts" in message:
             self.facts.setdefault(pid, {}).update(message["facts"])
         if message.get("gauges"):
@@ -103,6 +112,22 @@ class Timeline:
                 self.page_steps[pid] = count
         if "end" in message:
             self.ends[pid] = message["end"]
+
+    def _new_process(self, pid: int) -> deque[StepRecord]:
+        """A stepping process's rows and rollup; every process's rows get an even share
+        of MAX_STEP_ROWS again (the most recent kept)."""
+        self.rollups[pid] = StepRollup()
+        self.steps[pid] = deque()
+        share = max(MIN_STEP_ROWS, MAX_STEP_ROWS // len(self.steps))
+        for p, rows in self.steps.items():
+            if rows.maxlen != share:
+                self.steps[p] = deque(rows, maxlen=share)
+        return self.steps[pid]
+
+    def rolled_up(self, pid: int) -> bool:
+        """Some of the process's steps are no longer kept as rows (only rolled up)."""
+        steps = self.steps.get(pid)
+        return steps is not None and self.step_counts.get(pid, 0) > len(steps)
 
     def ingest_page(self, pid: int, steps: int) -> None:
         """A process's exact step count, from its counter page."""
@@ -219,6 +244,14 @@ class Timeline:
             start_mono_ns=self.start_mono_ns,
             stacks=stacks,
             hotspot_chunks=lines,
+            rollup=(
+                self.rollups.get(main)
+                if main is not None
+                and max_steps is None
+                and until_ns is None
+                and self.rolled_up(main)
+                else None
+            ),
             hostname=self.hostname,
             remote_ranks=tuple(r for ranks in self.remote_ranks.values() for r in ranks),
         )

@@ -12,6 +12,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from gpudoctor.diagnosis.hotspots import Hotspots, hotspots
+from gpudoctor.diagnosis.rollup import StepRollup
 from gpudoctor.model import (
     COUNTER_NAMES,
     GpuSample,
@@ -92,6 +93,9 @@ class Window:
     stacks: tuple[StackChunk, ...] = ()  # watch mode: py-spy's samples of the main thread
     # py-spy's samples by the line of the user's code (diagnosis/hotspots.py)
     hotspot_chunks: tuple[HotspotChunk, ...] = ()
+    # the whole run's steady steps of the main process rolled up, when the rows no longer
+    # hold them all (a long run): the step measures come from it (diagnosis/rollup.py)
+    rollup: StepRollup | None = None
     hostname: str | None = None  # this node
     remote_ranks: tuple[RankSummary, ...] = ()  # the other nodes' ranks, as sent
 
@@ -129,11 +133,15 @@ class Window:
 
     @cached_property
     def step_wall_s(self) -> float:
+        if self.rollup is not None:
+            return self.rollup.wall_ns / 1e9
         return sum(s.wall_ns for s in self.steady_steps) / 1e9
 
     @cached_property
     def step_median_ms(self) -> float:
         """The median step; estimated as the mean (1 / steps a second) in watch mode."""
+        if self.rollup is not None and self.rollup.count:
+            return self.rollup.quantile_ms(0.5)
         walls = [s.wall_ns / 1e6 for s in self.steady_steps]
         if walls:
             return statistics.median(walls)
@@ -144,7 +152,8 @@ class Window:
     def steps_per_s(self) -> float | None:
         wall_s = self.step_wall_s
         if wall_s:
-            return len(self.steady_steps) / wall_s
+            count = self.rollup.count if self.rollup is not None else len(self.steady_steps)
+            return count / wall_s
         return stack_steps_per_s(self.stacks) if self.estimated else None
 
     def has_steps(self, minimum: int) -> bool:
@@ -200,6 +209,11 @@ class Window:
     def samples_per_s(self) -> float | None:
         """Steps a second times the batch size, when every step measured in detail saw
         one (the probe sees batch sizes on those steps only)."""
+        r = self.rollup
+        if r is not None:
+            if not r.batch_steps or r.batch_steps != r.detailed or not self.steps_per_s:
+                return None
+            return r.batch_sum / r.batch_steps * self.steps_per_s
         detailed = self.detailed_steps
         batches = [s.batch_size for s in detailed if s.batch_size]
         if not batches or len(batches) != len(detailed) or not self.steps_per_s:
@@ -210,6 +224,8 @@ class Window:
     def uses_dataloader(self) -> bool:
         if self.estimated:
             return self.stack_counts.get("loader", 0) > 0
+        if self.rollup is not None:
+            return self.rollup.loader_ns > 0
         return any(s.loader_ns > 0 for s in self.detailed_steps)
 
     @cached_property
@@ -220,15 +236,30 @@ class Window:
         input waits (queue gets, file and image reads)."""
         if self.estimated:
             return self._stack_share("loader", "input")
-        steps = self.detailed_steps
-        wall = sum(s.wall_ns for s in steps)
+        wall, loader, outside, _, _, _ = self._detailed_sums
         if wall <= 0:
             return 0.0
-        if self.uses_dataloader:
-            wait = sum(s.loader_ns for s in steps)
-        else:
-            wait = sum(s.outside_ns for s in steps)
-        return min(1.0, wait / wall)
+        return min(1.0, (loader if self.uses_dataloader else outside) / wall)
+
+    @cached_property
+    def _detailed_sums(self) -> tuple[int, int, int, int, int, int]:
+        """Over the steps measured in detail: wall, loader, outside, forward, backward,
+        optimizer (ns), from the rollup of the whole run or from the rows."""
+        r = self.rollup
+        if r is not None:
+            return (
+                r.detailed_wall_ns, r.loader_ns, r.outside_ns,
+                r.forward_ns, r.backward_ns, r.optimizer_ns,
+            )  # fmt: skip
+        steps = self.detailed_steps
+        return (
+            sum(s.wall_ns for s in steps),
+            sum(s.loader_ns for s in steps),
+            sum(s.outside_ns for s in steps),
+            sum(s.forward_ns for s in steps),
+            sum(s.backward_ns for s in steps),
+            sum(s.optimizer_ns for s in steps),
+        )
 
     def split(self) -> dict[str, float]:
         """Where a step goes, as fractions of step time (watch mode: of the main
@@ -241,21 +272,22 @@ class Window:
                 "optimizer": self._stack_share("optimizer"),
                 "other": self._stack_share("other"),
             }
-        steps = self.detailed_steps
-        wall = sum(s.wall_ns for s in steps)
+        wall, _, _, forward, backward, optimizer = self._detailed_sums
         if wall <= 0:
             return {}
         parts = {
             "data_wait": self.data_wait_fraction,
-            "forward": sum(s.forward_ns for s in steps) / wall,
-            "backward": sum(s.backward_ns for s in steps) / wall,
-            "optimizer": sum(s.optimizer_ns for s in steps) / wall,
+            "forward": forward / wall,
+            "backward": backward / wall,
+            "optimizer": optimizer / wall,
         }
         parts["other"] = max(0.0, 1.0 - sum(parts.values()))
         return parts
 
     @cached_property
     def syncs_per_step(self) -> float:
+        if self.rollup is not None and self.rollup.count:
+            return self.rollup.syncs / self.rollup.count
         steps = self.steady_steps
         return sum(s.syncs for s in steps) / len(steps) if steps else 0.0
 

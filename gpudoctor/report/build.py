@@ -287,11 +287,19 @@ def _steps(w: Window) -> StepMeasures:
             syncs_per_step=None,
             stack_samples=w.stack_total,
         )
+    if w.rollup is not None:  # a long run: its rows are the recent steps, the rollup all
+        median = w.rollup.quantile_ms(0.5) if w.rollup.count else None
+        p90 = w.rollup.quantile_ms(0.9) if w.rollup.count else None
+        steady_count = w.rollup.count
+    else:
+        median = statistics.median(walls) if walls else None
+        p90 = percentile(walls, 90) if walls else None
+        steady_count = len(steady)
     return StepMeasures(
         count=w.total_steps,
-        steady_count=len(steady),
-        median_ms=round(statistics.median(walls), 3) if walls else None,
-        p90_ms=round(percentile(walls, 90), 3) if walls else None,
+        steady_count=steady_count,
+        median_ms=round(median, 3) if median is not None else None,
+        p90_ms=round(p90, 3) if p90 is not None else None,
         steps_per_s=round(w.steps_per_s, 2) if w.steps_per_s else None,
         samples_per_s=round(samples_per_s, 2) if samples_per_s else None,
         batch_size=statistics.median(batches) if batches else None,

@@ -1,0 +1,70 @@
+"""A process's steady steps rolled up (issue 14): what the whole-run measures need
+(count, sums of each part of a step, a histogram of step times), in a few kilobytes
+whatever the run's length, so that the timeline can keep only the recent steps as rows.
+
+Step times go into logarithmic buckets 2% wide: a quantile read from them is the
+bucket's middle, within 1% of the true value (the sketch's stated error). Sums are
+exact: the data wait and the split of a rolled-up run are the same as from its rows.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from gpudoctor.model import StepRecord
+
+BUCKET_RATIO = 1.02
+_LOG_RATIO = math.log(BUCKET_RATIO)
+QUANTILE_ERROR = (BUCKET_RATIO - 1) / 2  # relative, at most
+
+
+@dataclass
+class StepRollup:
+    count: int = 0
+    wall_ns: int = 0
+    syncs: int = 0
+    buckets: dict[int, int] = field(default_factory=dict)  # log-bucket of wall_ns -> steps
+    # the steps measured in detail (the split comes from these, as from rows)
+    detailed: int = 0
+    detailed_wall_ns: int = 0
+    loader_ns: int = 0
+    outside_ns: int = 0
+    forward_ns: int = 0
+    backward_ns: int = 0
+    optimizer_ns: int = 0
+    batch_sum: int = 0
+    batch_steps: int = 0  # detailed steps that saw a batch size
+
+    def add(self, s: StepRecord) -> None:
+        self.count += 1
+        self.wall_ns += s.wall_ns
+        self.syncs += s.syncs
+        bucket = int(math.log(s.wall_ns) / _LOG_RATIO) if s.wall_ns > 0 else -1
+        self.buckets[bucket] = self.buckets.get(bucket, 0) + 1
+        if s.detail:
+            self.detailed += 1
+            self.detailed_wall_ns += s.wall_ns
+            self.loader_ns += s.loader_ns
+            self.outside_ns += s.outside_ns
+            self.forward_ns += s.forward_ns
+            self.backward_ns += s.backward_ns
+            self.optimizer_ns += s.optimizer_ns
+            if s.batch_size:
+                self.batch_sum += s.batch_size
+                self.batch_steps += 1
+
+    def quantile_ms(self, q: float) -> float:
+        """The step time at quantile q (0..1), within QUANTILE_ERROR of the true one
+        (statistics.median's interpolation aside)."""
+        if not self.count:
+            return 0.0
+        rank = q * (self.count - 1)
+        seen = 0
+        for bucket in sorted(self.buckets):
+            seen += self.buckets[bucket]
+            if seen > rank:
+                if bucket < 0:
+                    return 0.0
+                return math.exp((bucket + 0.5) * _LOG_RATIO) / 1e6
+        return 0.0  # not reached: the buckets hold every step
