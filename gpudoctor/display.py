@@ -101,7 +101,7 @@ def duration(seconds: float) -> str:
 def ms(value: float | None) -> str:
     if value is None:
         return NA
-    if value < 1:
+    if 0 < value < 1:
         return f"{value * 1000:.0f} µs"
     return f"{value:.1f} ms" if value < 100 else f"{value:.0f} ms"
 

@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # the app only follows what it is given: no need to load the 
 
 REPLAY_STEP_S = 5.0
 TALL_ROWS = 40  # from this many rows the findings panel is as tall as its content
+MIN_PANEL_ROWS = 5  # the host and job panels keep at least this many rows
 REPLAY_PAGE_S = 60.0
 
 
@@ -53,6 +54,7 @@ class DoctorApp(App[JobExit | None]):
     def __init__(self, lang: str = "en") -> None:
         super().__init__()
         self.lang = lang
+        self._panel_rows = 0  # the height given to the host and job panels
         self.snapshot: Snapshot | None = None
         self.job_exit: JobExit | None = None
         # `t` on a finding's screen: the remedy to trial once the app has closed (the
@@ -68,7 +70,7 @@ class DoctorApp(App[JobExit | None]):
         yield GpuPanel(id="gpu-panel")
         # host and job side by side, as tall as the taller's content; the output below
         # them across the screen gets the rows they leave (empty host rows took them)
-        with Horizontal(id="middle"):
+        with Horizontal(id="panels"):
             yield HostPanel(id="host-panel")
             yield JobPanel(id="job-panel")
         yield OutputPanel(id="output-panel")
@@ -88,6 +90,7 @@ class DoctorApp(App[JobExit | None]):
         # short one keeps its fixed share (content-sized findings would push it off)
         tall = self.size.height >= TALL_ROWS
         self.query_one(FindingsPanel).styles.height = "auto" if tall else "30%"
+        self.call_after_refresh(self._fit_panels)
 
     # -- snapshots down ------------------------------------------------------------------
 
@@ -109,6 +112,27 @@ class DoctorApp(App[JobExit | None]):
             self.query_one(panel).snapshot = snapshot
         self.query_one(FindingsPanel).show(snapshot)
         self.sub_title = self.status_words(snapshot)
+        self.call_after_refresh(self._fit_panels)  # with the other panels laid out
+
+    def _fit_panels(self) -> None:
+        """Host and job as tall as the taller one's content (a layout only when that
+        changes): neither keeps empty rows beside a short neighbour's, the output gets
+        the rest."""
+        rows = max(self.query_one(HostPanel).lines, self.query_one(JobPanel).lines) + 2
+        # never more than the screen leaves them (the output hides first): a short
+        # screen crops their last lines rather than scroll the whole screen
+        others = (GpuPanel, FindingsPanel, Header, Footer)
+        room = self.size.height - sum(self.query_one(w).outer_size.height for w in others)
+        rows = min(rows, max(MIN_PANEL_ROWS, room))
+        if rows > 2 and rows != self._panel_rows:
+            self._panel_rows = rows
+            self.query_one("#panels").styles.height = rows
+        # the output with fewer than three rows (its border and one line) is left out,
+        # not kept as a strip that pushes the findings off the screen (o shows it)
+        output = self.query_one(OutputPanel)
+        fits = room - rows >= 3
+        if output.display != fits:
+            output.display = fits
 
     def status_words(self, s: Snapshot) -> str:
         return f"{'running' if s.running else 'ended'} · {s.steps_total} steps"

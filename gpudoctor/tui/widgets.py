@@ -36,6 +36,11 @@ class Panel(Static):
         self.update(content, layout=lines != self._lines)
         self._lines = lines
 
+    @property
+    def lines(self) -> int:
+        """The rows its content takes at its width (0 before the first snapshot)."""
+        return max(0, self._lines)
+
     def on_resize(self) -> None:
         """The layout depends on the room: render again at the new size."""
         self.rerender()
