@@ -55,23 +55,22 @@ import time
 
 import numpy as np
 import torch
-from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
 
-def to_tensor(img):
-    return torch.from_numpy(np.asarray(img, dtype=np.float32) / 255.0).permute(2, 0, 1)
+def to_tensor(arr):
+    return torch.from_numpy(arr / 255.0).permute(2, 0, 1).float()
 
 
-def flip(img):
-    return img.transpose(Image.FLIP_LEFT_RIGHT)
+def flip(arr):
+    return arr[:, ::-1].copy()
 
 
-def blur(img):
-    arr = np.asarray(img, dtype=np.float32)
+def blur(arr):
+    arr = arr.astype(np.float32)
     for _ in range(8):
         arr = (arr + np.roll(arr, 1, 0) + np.roll(arr, 1, 1) + np.roll(arr, -1, 0)) / 4  # <- the line
-    return Image.fromarray(arr.astype(np.uint8))
+    return arr
 
 
 class Pictures(Dataset):
@@ -79,7 +78,7 @@ class Pictures(Dataset):
         return 100000
 
     def __getitem__(self, i):
-        img = Image.new("RGB", (96, 96), (i % 251, 7, 9))
+        img = np.full((96, 96, 3), i % 251, dtype=np.uint8)
         img = flip(img)
         img = blur(img)
         return to_tensor(img), i % 10
