@@ -26,11 +26,12 @@ IDLE_SHARE_OF_OUTSIDE = 0.5
 # a person looks first. No anchor: this project's.
 MAIN_LINE_SHARE = 0.10
 
-# Storage is implicated when, in any steady sample, the job reads from storage at this
-# rate, or iowait passes this share (slow-storage's READ_MB_S, and a tenth of its
-# SageMaker iowait threshold: here a hint to offer the remedies, not a finding).
+# Storage is implicated when, in a third of the steady samples, the job reads from
+# storage at this rate, or iowait passes this share (slow-storage's READ_MB_S, and a
+# tenth of its SageMaker iowait threshold: a hint to offer the remedies, not a finding).
 READ_MB_S = 1.0
 IOWAIT_PCT = 5.0
+STORAGE_SHARE = 1 / 3  # of the steady samples, and at least two
 
 ID = "input-bound"
 # Rests on the step measures: estimated in watch mode (stack samples).
@@ -128,17 +129,18 @@ def _storage_remedies(
 ) -> tuple[str, ...]:
     """The storage remedies, when storage is implicated: the job's processes read from
     it (the kernel's read_bytes, which page-cache hits do not move) at READ_MB_S or
-    more, or sleep on the disk, or iowait is high, in any steady sample. A job that
-    reads nothing from disk is not told to move its data."""
-    for h in w.steady_host:
-        reads = sum(p.read_bytes_per_s or 0.0 for p in h.job) / 1e6
-        if (
-            reads >= READ_MB_S
-            or any(p.status == "disk-sleep" for p in h.job)
-            or (h.iowait_pct or 0.0) > IOWAIT_PCT
-        ):
-            return remedies
-    return ()
+    more, or sleep on the disk, or iowait is high, in STORAGE_SHARE of the steady
+    samples (a module loaded late is one burst, not a data source). A job that reads
+    nothing from disk is not told to move its data."""
+    hosts = w.steady_host
+    touching = sum(
+        1
+        for h in hosts
+        if sum(p.read_bytes_per_s or 0.0 for p in h.job) / 1e6 >= READ_MB_S
+        or any(p.status == "disk-sleep" for p in h.job)
+        or (h.iowait_pct or 0.0) > IOWAIT_PCT
+    )
+    return remedies if hosts and touching >= max(2, STORAGE_SHARE * len(hosts)) else ()
 
 
 def _idle_outside(w: Window, fraction: float) -> bool:
