@@ -198,7 +198,8 @@ def test_busy_and_idle_come_from_the_two_runs() -> None:
     assert (blur.function, blur.state, round(blur.share, 3), blur.code) == (
         "blur", "busy", round(25 / 30, 3), "line 21",
     )  # fmt: skip
-    assert round(spots.workers_waiting, 3) == round(5 / 30, 3)
+    # the main thread's time outside the model (the `for` line; line 19 is the model's)
+    assert (round(spots.outside_busy, 3), round(spots.outside_idle, 3)) == (0.25, 0.5)
 
 
 # -- real jobs under the doctor -----------------------------------------------------------------

@@ -37,17 +37,6 @@ class Hotspot:
     code: str  # the source line ("" when it could not be read)
     kind: str  # main: "loader" (waiting for the DataLoader), "input", "other"; "worker"
 
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "file": self.file,
-            "line": self.line,
-            "function": self.function,
-            "share": round(self.share, 4),
-            "where": self.where,
-            "state": self.state,
-            "code": self.code,
-        }
-
     @property
     def place(self) -> str:
         """`train.py:42` (the file's name: the full path is in the report)."""
@@ -58,10 +47,8 @@ class Hotspot:
 class Hotspots:
     lines: tuple[Hotspot, ...]
     main_samples: int
-    worker_samples: int
     outside_busy: float  # the main thread's time outside the model, on a CPU
     outside_idle: float  # ... and not on a CPU
-    workers_waiting: float  # the workers' time in no line of the user's (waiting, collating)
 
     def of(self, where: str) -> tuple[Hotspot, ...]:
         return tuple(h for h in self.lines if h.where == where)
@@ -90,7 +77,7 @@ def hotspots(chunks: Iterable[HotspotChunk]) -> Hotspots | None:
             if known is None or seconds > known[3]:  # the line's commonest kind
                 info[key] = (function, kind, code, seconds)
     out: list[Hotspot] = []
-    outside_busy = outside_idle = waiting = 0.0
+    outside_busy = outside_idle = 0.0
     for key, seconds in every.items():
         where, file, line = key
         total = main_s if where == "main" else workers_s
@@ -100,9 +87,7 @@ def hotspots(chunks: Iterable[HotspotChunk]) -> Hotspots | None:
         if where == "main":
             outside_busy += on_cpu / total
             outside_idle += (seconds - on_cpu) / total
-        if not file:
-            if where == "workers":
-                waiting += seconds / total
+        if not file:  # no line of the user's (a worker waiting for work, collating)
             continue
         function, kind, code, _ = info[key]
         for state, part in (("busy", on_cpu), ("idle", seconds - on_cpu)):
@@ -115,8 +100,6 @@ def hotspots(chunks: Iterable[HotspotChunk]) -> Hotspots | None:
     return Hotspots(
         lines=tuple(kept),
         main_samples=main_samples,
-        worker_samples=sum(c.workers_total for c in chunks),
         outside_busy=outside_busy,
         outside_idle=outside_idle,
-        workers_waiting=waiting,
     )
