@@ -166,4 +166,8 @@ def test_fsdp_ranks_wait_in_forward_and_the_slow_one_is_named(tmp_path: Path) ->
     assert 6.0 < fast["comm_wait_ms"] < 20.0 and slow["comm_wait_ms"] < 1.0
     assert finding_ids(report)[0] == "straggler"
     evidence = top_finding(report)["evidence"]
-    assert evidence.startswith(f"rank 1 (pid {slow['pid']})") and "host code" in evidence
+    assert evidence.startswith(f"rank 1 (pid {slow['pid']})")
+    # which part it does more in, unless other processes crowded the machine meanwhile:
+    # then the evidence says so, and a crowded rank falls behind in whatever part they
+    # took its core (seen beside a busy process: "more in backward compute")
+    assert "host code" in evidence or "(noisy-neighbour)" in evidence, evidence
