@@ -169,7 +169,6 @@ class HotspotSampler:
         self.first_chunks = first_chunks
         self.gap_s = gap_s
         self.pid: int | None = None
-        self.errors = 0
         self._dir: str | None = None
         self._runs: list[subprocess.Popen[bytes]] = []
         self._t_start = 0
@@ -231,7 +230,6 @@ class HotspotSampler:
         # Without the busy run's samples every line would read as idle: a chunk needs
         # both runs to have finished well (the job ending midway fails them).
         if any(run.returncode != 0 for run in self._runs):
-            self.errors += 1
             return None
         return chunk_of(texts[0], texts[1], self.pid, self._t_start, t_end, self.rate_hz)
 
