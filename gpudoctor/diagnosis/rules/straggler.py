@@ -72,16 +72,25 @@ def evaluate(w: Window) -> Finding | None:
 
 def _where(slow: RankMeasure, others: list[RankMeasure]) -> tuple[str, float]:
     """The part of the slow rank's own work furthest above the other ranks' median."""
-    mine = _own_parts(slow)
-    theirs = [_own_parts(r) for r in others]
+    fastest_forward = min(r.parts_ms["forward"] for r in [slow, *others])
+    mine = _own_parts(slow, fastest_forward)
+    theirs = [_own_parts(r, fastest_forward) for r in others]
     deltas = {part: mine[part] - statistics.median(t[part] for t in theirs) for part in PART_WORDS}
     part = max(deltas, key=lambda p: deltas[p])
     return part, deltas[part]
 
 
-def _own_parts(r: RankMeasure) -> dict[str, float]:
-    """A rank's parts with its wait for the others taken out of its backward."""
-    return {**r.parts_ms, "backward": r.parts_ms["backward"] - r.comm_wait_ms}
+def _own_parts(r: RankMeasure, fastest_forward: float) -> dict[str, float]:
+    """A rank's parts with its wait for the others taken out where it waited: its
+    forward beyond the fastest rank's forward (FSDP's gathers), the rest in backward
+    (DDP's all-reduce). Taken all from backward, an FSDP rank's wait in forward made
+    its own backward look short, and the straggler's longer by as much."""
+    in_forward = min(r.comm_wait_ms, max(0.0, r.parts_ms["forward"] - fastest_forward))
+    return {
+        **r.parts_ms,
+        "forward": r.parts_ms["forward"] - in_forward,
+        "backward": r.parts_ms["backward"] - (r.comm_wait_ms - in_forward),
+    }
 
 
 def _words(part: str, r: RankMeasure) -> str:
