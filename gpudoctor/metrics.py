@@ -51,6 +51,7 @@ class RunCollector(Collector):
         yield from _steps(s)
         yield from _gpus(s)
         yield from _host(s)
+        yield from _speed_of_light(s)
         findings = GaugeMetricFamily(
             "gpudoctor_finding_estimated_gain_ratio",
             "A current finding: the share of step time its remedies could win back",
@@ -106,6 +107,35 @@ def _steps(s: Snapshot) -> Iterator[GaugeMetricFamily]:
             rate.add_metric(key, s.samples_per_s)
         steps.add_metric(key, s.steps_total)
     yield from (step, wait, comm, own, rate, steps)
+
+
+def _speed_of_light(s: Snapshot) -> Iterator[GaugeMetricFamily]:
+    """Once the probe counted a step's FLOPs (diagnosis/speed_of_light.py)."""
+    sol = s.speed_of_light
+    if sol is None:
+        return
+    labels = ["rank", "pid", "device"]
+    key = [str(s.facts.get("rank", "")), str(s.job_pid or ""), sol.device]
+    flops = GaugeMetricFamily(
+        "gpudoctor_step_flops", "FLOPs of one training step (counted once)", labels=labels
+    )
+    flops.add_metric(key, sol.flops_per_step)
+    achieved = GaugeMetricFamily(
+        "gpudoctor_achieved_flops_per_second", "FLOPs a second the job reaches", labels=labels
+    )
+    achieved.add_metric(key, sol.achieved_tflops * 1e12)
+    yield from (flops, achieved)
+    if sol.mfu is not None and sol.peak_tflops is not None:
+        mfu = GaugeMetricFamily(
+            "gpudoctor_mfu_ratio", "Model FLOPs utilisation: achieved over peak", labels=labels
+        )
+        mfu.add_metric(key, sol.mfu)
+        peak = GaugeMetricFamily(
+            "gpudoctor_peak_flops_per_second", "The device's peak for the step's work",
+            labels=labels,
+        )  # fmt: skip
+        peak.add_metric(key, sol.peak_tflops * 1e12)
+        yield from (mfu, peak)
 
 
 def _gpus(s: Snapshot) -> Iterator[GaugeMetricFamily]:

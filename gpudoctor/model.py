@@ -212,6 +212,23 @@ class HotspotChunk:
 
 
 @dataclass(frozen=True)
+class CpuPeak:
+    """A fp32 matmul's best rate on this machine's cores (sources/cpu_peak.py): a CPU
+    job's peak, as a GPU's datasheet figure is a GPU job's."""
+
+    tflops: float
+    cores: int
+    size: int
+    dtype: str = "float32"
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CpuPeak:
+        return cls(
+            float(d["tflops"]), int(d["cores"]), int(d["size"]), str(d.get("dtype", "float32"))
+        )
+
+
+@dataclass(frozen=True)
 class JobFacts:
     """What the probe audited in one process of the job (merged over its life)."""
 

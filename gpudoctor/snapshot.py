@@ -14,6 +14,7 @@ from typing import Any
 from gpudoctor.diagnosis.engine import diagnose
 from gpudoctor.diagnosis.hotspots import Hotspots
 from gpudoctor.diagnosis.ranks import RankMeasure
+from gpudoctor.diagnosis.speed_of_light import SpeedOfLight, speed_of_light
 from gpudoctor.diagnosis.window import percentile
 from gpudoctor.model import Finding, GpuSample, HostSample, JobExit
 from gpudoctor.redact import redact_argv, redact_text
@@ -54,6 +55,7 @@ class Snapshot:
     store_trouble: str | None = None  # why the store cannot be written now (kept in memory)
     ranks: tuple[RankMeasure, ...] = ()  # a distributed job's ranks, each measured alone
     hotspots: Hotspots | None = None  # the lines of the user's code (py-spy's samples)
+    speed_of_light: SpeedOfLight | None = None  # once the probe counted a step's FLOPs
 
     @property
     def running(self) -> bool:
@@ -110,6 +112,7 @@ def take(
         store_trouble=timeline.store_trouble() if until_ns is None else None,
         ranks=w.ranks,
         hotspots=w.hotspots,
+        speed_of_light=speed_of_light(w) if measured else None,
     )
 
 

@@ -22,6 +22,7 @@ import psutil
 
 from gpudoctor.diagnosis.ranks import RankSummary
 from gpudoctor.model import (
+    CpuPeak,
     GpuProcess,
     GpuSample,
     HostSample,
@@ -459,6 +460,9 @@ def apply_record(timeline: Timeline, kind: str, data: Any) -> None:
             timeline.remote_ranks[str(data["node"])] = tuple(
                 RankSummary.from_dict(r) for r in data["ranks"]
             )
+    elif kind == "cpu_peak":
+        with contextlib.suppress(KeyError, TypeError, ValueError):
+            timeline.cpu_peak = CpuPeak.from_dict(data)
     elif kind == "output":
         timeline.output_log = data.get("path", timeline.output_log)
         timeline.output_rotations = int(data.get("rotations", timeline.output_rotations))

@@ -15,7 +15,15 @@ from typing import Any
 from gpudoctor.diagnosis.ranks import RankSummary
 from gpudoctor.diagnosis.rollup import StepRollup
 from gpudoctor.diagnosis.window import WARMUP_STEPS, Window
-from gpudoctor.model import GpuSample, HostSample, HotspotChunk, JobExit, StackChunk, StepRecord
+from gpudoctor.model import (
+    CpuPeak,
+    GpuSample,
+    HostSample,
+    HotspotChunk,
+    JobExit,
+    StackChunk,
+    StepRecord,
+)
 from gpudoctor.probe import protocol
 
 BATCH = protocol.STEP_FIELDS.index("batch_size")
@@ -76,6 +84,8 @@ class Timeline:
     # them (a multi-node job: sources/rendezvous.py), by node
     hostname: str | None = None
     remote_ranks: dict[str, tuple[RankSummary, ...]] = field(default_factory=dict)
+    # a CPU job's peak, measured by the doctor before it launched the job (no GPU)
+    cpu_peak: CpuPeak | None = None
 
     @property
     def mode(self) -> str:
@@ -254,6 +264,7 @@ class Timeline:
             ),
             hostname=self.hostname,
             remote_ranks=tuple(r for ranks in self.remote_ranks.values() for r in ranks),
+            cpu_peak=self.cpu_peak,
         )
 
 

@@ -1,4 +1,5 @@
-"""Durations as people read them, the same everywhere (evidence, reports, screens)."""
+"""Durations, FLOPs and rates as people read them, the same everywhere (evidence,
+reports, screens)."""
 
 from __future__ import annotations
 
@@ -9,3 +10,18 @@ def ms_text(ms: float) -> str:
     if 0 < abs(ms) < 1.0:
         return f"{ms * 1000:.0f} µs"
     return f"{ms:.1f} ms"
+
+
+def flop_text(flops: float) -> str:
+    """`35.5 MFLOP`, `1.2 TFLOP`: three digits and the unit."""
+    for unit, scale in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6)):
+        if flops >= scale:
+            return f"{flops / scale:.3g} {unit}"
+    return f"{flops:.0f} FLOP"
+
+
+def rate_text(tflops: float) -> str:
+    """`149 GFLOP/s` below a TFLOP/s, else `989 TFLOP/s`."""
+    if tflops >= 1:
+        return f"{tflops:.3g} TFLOP/s"
+    return f"{tflops * 1e3:.3g} GFLOP/s"

@@ -15,6 +15,7 @@ from gpudoctor.diagnosis.hotspots import Hotspots, hotspots
 from gpudoctor.diagnosis.rollup import StepRollup
 from gpudoctor.model import (
     COUNTER_NAMES,
+    CpuPeak,
     GpuSample,
     HostSample,
     HotspotChunk,
@@ -98,6 +99,7 @@ class Window:
     rollup: StepRollup | None = None
     hostname: str | None = None  # this node
     remote_ranks: tuple[RankSummary, ...] = ()  # the other nodes' ranks, as sent
+    cpu_peak: CpuPeak | None = None  # a CPU job's peak (speed_of_light.py)
 
     # -- steps -------------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ from gpudoctor.model import EndedBy, JobExit
 from gpudoctor.output_log import OutputLog
 from gpudoctor.probe import ENV_DOCTOR_PID, ENV_SOCKET
 from gpudoctor.probe.profile import ENV_CONTROL
+from gpudoctor.sources import cpu_peak
 from gpudoctor.sources.host import HostReader
 from gpudoctor.sources.hotspots import HotspotSampler
 from gpudoctor.sources.nvml import NvmlReader
@@ -104,6 +105,8 @@ class LaunchedJob(Recorder):
     # -- launch ---------------------------------------------------------------------------
 
     def start(self) -> None:
+        # a job with no GPU to run on: the CPU's peak, measured before the job competes
+        peak = cpu_peak.measure() if not self.nvml.devices else None
         try:
             self.proc = subprocess.Popen(
                 self.command,
@@ -135,6 +138,9 @@ class LaunchedJob(Recorder):
             self.proc.wait()
             self.close()
             raise LaunchError(2, str(exc)) from None
+        if peak is not None:
+            self.timeline.cpu_peak = peak
+            self.store.add(self.session_id, "cpu_peak", time.monotonic_ns(), encode(peak))
         if self.output_log is not None:
             self.store.set_output(self.session_id, self.output_log.path)
             self._note_output()

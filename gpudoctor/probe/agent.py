@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from . import ENV_DOCTOR_PID, ENV_OVERRIDES, ENV_SOCKET, protocol
 from .channel import FULL, SENT, Channel
 from .clock import END_NAMES, StepClock
+from .flops import FlopCount
 from .page import LAST_END, ROWS_DROPPED, ROWS_SENT, STEPS, CounterPage
 from .profile import Profiling
 
@@ -74,6 +75,7 @@ class Agent:
         self.active = True
         self.overrides = read_overrides()
         self.profiling = Profiling()
+        self.flops = FlopCount()
         self.torch: Any = None
         self.lock = threading.Lock()
         self.clock = StepClock()
@@ -314,6 +316,7 @@ class Agent:
         to send and a counter page of its own."""
         self._fresh()
         self.clock.reset()
+        self.flops.after_fork()
         self.page.after_fork()
         self.channel.reopen()
         for group in self.groups:

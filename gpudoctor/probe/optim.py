@@ -150,8 +150,15 @@ class OptimizerHooks:
             profiling = agent.profiling
             if profiling.control or profiling.pending or profiling.running:
                 profiling.step_ended(agent, t1, clock.index)
+            flops = agent.flops
+            if flops.wanted or flops.running:
+                try:
+                    flops.step_ended(agent, clock.index)
+                except Exception as exc:
+                    flops.abandon()
+                    agent.error("flops", exc)
             agent.countdown, agent.deadline = clock.plan_next(t1)
-            if agent.countdown > 0 and not profiling.running:
+            if agent.countdown > 0 and not profiling.running and not flops.running:
                 agent.measure_next_step(False)
         agent.note_steps()
         if agent.flusher is None:

@@ -10,6 +10,7 @@ from typing import Any
 from gpudoctor.diagnosis.engine import diagnose
 from gpudoctor.diagnosis.ranks import RankMeasure
 from gpudoctor.diagnosis.remedies import CATALOGUE
+from gpudoctor.diagnosis.speed_of_light import speed_of_light
 from gpudoctor.diagnosis.window import Window, percentile
 from gpudoctor.model import Finding
 from gpudoctor.prescribe.how import how
@@ -123,7 +124,13 @@ def build(timeline: Timeline, session_id: int | None, lang: str = "en") -> Repor
         ),
         hotspots=_hotspots(window),
         hotspot_samples=window.hotspots.main_samples if window.hotspots else 0,
+        speed_of_light=_speed_of_light(window),
     )
+
+
+def _speed_of_light(w: Window) -> dict[str, Any] | None:
+    sol = speed_of_light(w)
+    return sol.as_dict() if sol is not None else None
 
 
 def _hotspots(w: Window) -> tuple[HotspotLine, ...] | None:

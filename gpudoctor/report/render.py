@@ -4,13 +4,14 @@ the profile table) is worded once here."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from gpudoctor.prescribe.batch_size import SAFETY_MARGIN, Found
 from gpudoctor.prescribe.trial import Comparison, TrialResult
 from gpudoctor.redact import redact_argv, redact_text
-from gpudoctor.report.values import SCHEMA, HotspotLine, Profile, Report, StepMeasures
-from gpudoctor.units import ms_text
+from gpudoctor.report.values import SCHEMA, HotspotLine, Json, Profile, Report, StepMeasures
+from gpudoctor.units import flop_text, ms_text, rate_text
 
 SUMMARY_OPERATORS = 8  # profile rows in the printed summary (all in Markdown)
 
@@ -56,6 +57,8 @@ def summary(report: Report) -> str:
         line += f", data wait {s.data_wait_fraction:.0%}"
         lines.append(line)
     lines.append(f"  GPU: {report.gpu_status}")
+    if report.speed_of_light is not None:
+        lines += [f"  {line}" for line in speed_words(report.speed_of_light)]
     if not report.findings:
         lines.append("  no findings: nothing measured points at a bottleneck")
     for f in report.findings:
@@ -78,6 +81,25 @@ def summary(report: Report) -> str:
         lines += [f"      {hotspot_words(h)}" for h in report.hotspots]
     lines += [f"  note: {note}" for note in report.notes]
     return "\n".join(lines) + "\n"
+
+
+def speed_words(sol: Mapping[str, Json]) -> list[str]:
+    """The speed of light in two lines: MFU, then what a step could take; the basis is
+    the report's (JSON's `basis`)."""
+    flops = float(sol["flops_per_step"])
+    achieved = float(sol["achieved_tflops"])
+    step = float(sol["step_ms"])
+    head = f"speed of light: {flop_text(flops)} a step, {rate_text(achieved)} achieved"
+    if sol.get("mfu") is None:
+        return [head + f" (no peak known for {sol.get('device')}: MFU not computed)"]
+    peak = float(sol["peak_tflops"])
+    could = float(sol["could_take_ms"])
+    reach = float(sol["reachable"])
+    return [
+        f"{head}, MFU {float(sol['mfu']):.1%} of {rate_text(peak)} ({sol['device']})",
+        f"a step could take about {ms_text(could)} (its FLOPs at {reach:.0%} of peak, "
+        f"no input wait, no host syncs); it takes {ms_text(step)}",
+    ]
 
 
 def hotspot_source(report: Report) -> str:
@@ -106,6 +128,8 @@ def markdown(report: Report) -> str:
             f"{g.util_p95_pct}%, memory max {_gib(g.mem_used_max_bytes)} of "
             f"{_gib(g.mem_total_bytes)}, power {g.power_mean_w} W"
         )
+    if report.speed_of_light is not None:
+        lines += [f"- {line}" for line in speed_words(report.speed_of_light)]
     h = report.host
     if h is not None:
         lines.append(

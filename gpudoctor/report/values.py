@@ -368,6 +368,8 @@ class Report:
     # None when the job's stacks were not sampled (the key is then left out)
     hotspots: tuple[HotspotLine, ...] | None = None
     hotspot_samples: int = 0  # the main thread's samples behind them
+    # how fast the job could be (diagnosis/speed_of_light.py); None: FLOPs not counted
+    speed_of_light: Mapping[str, Json] | None = None
 
     @property
     def watched(self) -> bool:
@@ -403,6 +405,11 @@ class Report:
             **(
                 {"hotspots": [h.to_dict() for h in self.hotspots]}
                 if self.hotspots is not None
+                else {}
+            ),
+            **(
+                {"speed_of_light": dict(self.speed_of_light)}
+                if self.speed_of_light is not None
                 else {}
             ),
         }

@@ -15,6 +15,7 @@ from gpudoctor.model import Finding, GpuProcess, GpuSample
 from gpudoctor.redact import redact_text
 from gpudoctor.snapshot import Snapshot
 from gpudoctor.terminal import OutputLine
+from gpudoctor.units import ms_text, rate_text
 
 
 class Panel(Static):
@@ -226,6 +227,12 @@ class JobPanel(Panel):
             out.append(f"\n{rate}step time {spark}", "cyan")
         bar, legend = display.split_bar(s.split, width)
         out.append(f"\n{bar}\n{legend}", "")
+        sol = s.speed_of_light
+        if sol is not None and sol.mfu is not None and sol.peak_tflops and sol.could_take_ms:
+            out.append(
+                f"\nMFU {sol.mfu:.0%} of {rate_text(sol.peak_tflops)} · "
+                f"a step could take {ms_text(sol.could_take_ms)}"[:width]
+            )
         if s.ranks:  # the slowest rank by its own work; r opens the table
             slow = max(s.ranks, key=lambda r: r.own_ms)
             out.append(

@@ -1,0 +1,201 @@
+"""How fast the job could be: the FLOPs of a step, counted once by the probe, against
+the device's peak (MFU), and what a step could take. On a CPU job against a hand count
+of its FLOPs, with the job's results the same bits as without the doctor; on a GPU's
+figures through the same arithmetic the report uses."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import PY, env_without_probe
+from prometheus_client.parser import text_string_to_metric_families
+from windows import steps
+
+from gpudoctor.diagnosis.peaks import gpu_peaks
+from gpudoctor.diagnosis.speed_of_light import REACHABLE, speed_of_light
+from gpudoctor.diagnosis.window import Window
+
+pytestmark = pytest.mark.timeout(180)
+
+B, IN, HID, OUT = 32, 64, 128, 10  # batch, widths: in, hidden, out
+# Three linear layers. Forward: a matmul each (2*B*in*out). Backward: each layer's
+# weight gradient (as many again) and the input gradient of layers 2 and 3 (the data
+# needs none). Bias additions and the activations are not matmul FLOPs.
+LAYERS = [(IN, HID), (HID, HID), (HID, OUT)]
+HAND_COUNT = 2 * B * (2 * sum(i * o for i, o in LAYERS) + sum(i * o for i, o in LAYERS[1:]))
+
+JOB = f"""
+    import hashlib, sys, torch, torch.nn as nn
+    from torch.utils.data import DataLoader, Dataset
+
+    class Data(Dataset):
+        def __len__(self):
+            return {B} * 10  # ten steps an epoch: the 11th, counted, starts new workers
+
+        def __getitem__(self, i):
+            g = torch.Generator().manual_seed(i)
+            return torch.randn({IN}, generator=g), int(torch.randint(0, {OUT}, (1,), generator=g))
+
+    def started(worker_id):
+        # a worker forked inside the counted step starts without the counting mode
+        print("worker dispatch modes", torch._C._len_torch_dispatch_stack(), flush=True)
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = nn.Sequential(nn.Linear({IN}, {HID}), nn.ReLU(), nn.Linear({HID}, {HID}), nn.ReLU(),
+                          nn.Linear({HID}, {OUT}))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    loader = DataLoader(Data(), batch_size={B}, num_workers=1, worker_init_fn=started)
+    for epoch in range(int(sys.argv[1])):
+        for x, y in loader:
+            loss = nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad(); loss.backward(); opt.step()
+    h = hashlib.sha256()
+    for p in model.parameters():
+        h.update(p.detach().numpy().tobytes())
+    print("loss", repr(loss.item()), "weights", h.hexdigest())
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_cpu_jobs_flops_mfu_and_results_under_the_doctor(tmp_path: Path) -> None:
+    script = tmp_path / "mlp.py"
+    script.write_text(textwrap.dedent(JOB))
+    plain = subprocess.run(
+        [PY, str(script), "30"], capture_output=True, text=True, env=env_without_probe(),
+        timeout=120,
+    )  # fmt: skip
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    report_path, port = tmp_path / "r.json", free_port()
+    run = subprocess.Popen(
+        [PY, "-m", "gpudoctor", "run", "--headless", "--report", str(report_path),
+         "--metrics", str(port), "--", PY, str(script), "30"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env_without_probe(),
+    )  # fmt: skip
+    exposition = ""
+    while run.poll() is None and "gpudoctor_mfu_ratio" not in exposition:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                exposition = r.read().decode()
+        except OSError:
+            pass
+        time.sleep(0.2)
+    out, err = run.communicate(timeout=120)
+    assert run.returncode == 0, err[-3000:]
+    # the job's results are the same bits; its workers (one forked inside the counted
+    # step) run without the counting mode
+    assert out == plain.stdout
+    assert out.count("worker dispatch modes 0") == 30, out
+    report = json.loads(report_path.read_text())
+    sol = report["speed_of_light"]
+    assert sol["flops_per_step"] == HAND_COUNT
+    step_s = sol["step_ms"] / 1e3
+    assert sol["step_ms"] == pytest.approx(report["steps"]["median_ms"], rel=0.01)
+    assert sol["achieved_tflops"] == pytest.approx(HAND_COUNT / step_s / 1e12, rel=0.01)
+    assert sol["mfu"] == pytest.approx(sol["achieved_tflops"] / sol["peak_tflops"], rel=0.01)
+    assert 0 < sol["mfu"] < 1.5  # against a matmul's best rate on this machine
+    # at half the peak, no input wait, no host syncs
+    at_peak_ms = HAND_COUNT / (sol["peak_tflops"] * 1e12) * 1e3
+    assert sol["could_take_ms"] == pytest.approx(at_peak_ms / REACHABLE, rel=0.01)
+    assert sol["device"].startswith("CPU, ")
+    assert "matmul the doctor measured on this machine" in sol["basis"]
+    assert "speed of light: " in err and f"MFU {sol['mfu']:.1%}" in err, err[-2000:]
+    assert "a step could take about" in err
+    # Prometheus's view while it ran: the same FLOPs, an MFU
+    families = {f.name: f for f in text_string_to_metric_families(exposition)}
+    assert families["gpudoctor_step_flops"].samples[0].value == HAND_COUNT
+    assert 0 < families["gpudoctor_mfu_ratio"].samples[0].value < 1.5
+
+
+def test_no_count_when_asked_not_to(tmp_path: Path) -> None:
+    script = tmp_path / "mlp.py"
+    script.write_text(textwrap.dedent(JOB))
+    report_path = tmp_path / "r.json"
+    proc = subprocess.run(
+        [PY, "-m", "gpudoctor", "run", "--headless", "--report", str(report_path), "--",
+         PY, str(script), "2"],
+        capture_output=True, text=True, timeout=120,
+        env={**env_without_probe(), "GPUDOCTOR_FLOPS": "0"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(report_path.read_text())
+    assert report["steps"]["count"] == 20
+    assert "speed_of_light" not in report
+    assert "speed of light" not in proc.stderr
+
+
+def test_a_gpu_jobs_mfu_weighs_each_dtype_at_its_own_peak() -> None:
+    """bf16 matmuls beside fp32 ones with TF32 off, on an H200 (as torch names it):
+    each at its datasheet figure, the step at 10 ms."""
+    bf16, fp32 = 4 * 10**12, 10**11
+    w = Window(
+        steps=steps(40, wall_ms=10.0),
+        facts={
+            "device": "cuda:0",
+            "cuda_device_name": "NVIDIA H200",
+            "flops": {
+                "per_step": bf16 + fp32,
+                "step": 10,
+                "by_kind": {"mm bfloat16": bf16, "mm float32": fp32},
+                "tf32_matmul": False,
+                "tf32_conv": True,
+            },
+        },
+    )
+    sol = speed_of_light(w)
+    assert sol is not None
+    at_peak_s = bf16 / 989.5e12 + fp32 / 67e12
+    assert sol.mfu == pytest.approx(at_peak_s / 0.010)
+    assert sol.achieved_tflops == pytest.approx((bf16 + fp32) / 0.010 / 1e12)
+    assert sol.peak_tflops == pytest.approx((bf16 + fp32) / at_peak_s / 1e12)
+    assert sol.could_take_ms == pytest.approx(at_peak_s / REACHABLE * 1e3)
+    assert "bf16 989.5 TFLOP/s" in sol.basis and "fp32 67 TFLOP/s" in sol.basis
+    assert "H200 datasheet" in sol.basis
+    # with TF32 allowed, the fp32 matmuls count at the TF32 figure
+    facts = dict(w.facts, flops={**w.facts["flops"], "tf32_matmul": True})
+    tf32 = speed_of_light(Window(steps=w.steps, facts=facts))
+    assert tf32 is not None and tf32.mfu == pytest.approx(
+        (bf16 / 989.5e12 + fp32 / 494.5e12) / 0.010
+    )
+    # a GPU not in the table: FLOPs and the achieved rate, no MFU, said so
+    other = speed_of_light(
+        Window(steps=w.steps, facts=dict(w.facts, cuda_device_name="Mystery GPU"))
+    )
+    assert other is not None and other.mfu is None and "no peak known" in other.basis
+
+
+@pytest.mark.parametrize(
+    ("name", "source"),
+    [
+        ("NVIDIA H200", "H200 SXM"),
+        ("NVIDIA H200 NVL", "H200 NVL"),
+        ("NVIDIA H100 80GB HBM3", "H100 SXM"),
+        ("NVIDIA H100 PCIe", "H100 PCIe"),
+        ("NVIDIA A100-SXM4-80GB", "A100"),
+        ("NVIDIA A10", "A10 datasheet"),
+        ("NVIDIA L40S", "L40S"),
+        ("NVIDIA L4", "L4 datasheet"),
+        ("Tesla V100-SXM2-16GB", "V100 datasheet (SXM2"),
+        ("Tesla T4", "T4"),
+    ],
+)
+def test_the_peak_table_finds_each_gpu_by_the_name_nvml_gives(name: str, source: str) -> None:
+    found = gpu_peaks(name)
+    assert found is not None and source in found[1]
+
+
+def test_gpus_the_table_does_not_list_are_not_guessed() -> None:
+    assert gpu_peaks("NVIDIA A10G") is None  # not an A10, nor an A100
+    assert gpu_peaks("NVIDIA L40") is None  # not an L4
