@@ -70,6 +70,7 @@ class FlopCount:
                 "by_kind": {
                     f"{family} {dtype}": int(n) for (family, dtype), n in mode.flops.items()
                 },
+                # operators whose formula failed on these arguments (not counted)
                 "uncounted_ops": sorted(mode.uncounted)[:10],
                 "tf32_matmul": _tf32_matmul(agent.torch),
                 "tf32_conv": _tf32_conv(agent.torch),
