@@ -113,8 +113,9 @@ def _peak(
         return None
     total = sum(kinds.values())
     where = (
-        f"a {peak.size}x{peak.size} {peak.dtype} matmul the doctor measured on this "
-        f"machine's {peak.cores} cores before the job started: {peak.tflops * 1e3:.1f} GFLOP/s"
+        f"a {peak.size}x{peak.size} {peak.dtype} matmul the doctor measured on one of this "
+        f"machine's cores before the job started, times its {peak.cores} cores: "
+        f"{peak.tflops * 1e3:.1f} GFLOP/s"
     )
     return total / (peak.tflops * 1e12), f"CPU, {peak.cores} cores", where
 

@@ -3,18 +3,19 @@ doctor in its own process (never in the job's) before it launches a job that has
 GPU to run on, so that a CPU job's speed of light has a denominator
 (diagnosis/speed_of_light.py).
 
-numpy's BLAS on every core the doctor may use, a 384x384 matmul (about 0.11 GFLOP,
-big enough to run at the BLAS's full rate on a laptop's or a server's cores, small
-enough that 0.1 s holds dozens of runs), best run of those. It is a peak in the sense
-a GPU's datasheet figure is one: the rate of the one operation training spends its
-FLOPs in, at its best. On a busy machine the best run is still the one the others
-least disturbed; the figure is recorded with the run and said in the report's basis.
+A 384x384 matmul (about 0.11 GFLOP: at the BLAS's full rate, and dozens of runs fit in
+0.1 s) on one core through numpy's BLAS, the best run, times the cores the doctor may
+use: a core's peak times the cores, as a CPU's datasheet peak is reckoned. One core,
+not all of them at once: a multithreaded matmul waits for its slowest thread, so on a
+busy machine (one other process on one of two cores) it read 7 GFLOP/s where one core's
+best run times two read 213; one core's best run is one that a time slice held whole.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 from gpudoctor.model import CpuPeak
 
@@ -23,11 +24,21 @@ BUDGET_S = 0.1
 
 
 def measure(budget_s: float = BUDGET_S) -> CpuPeak | None:
-    """The best rate of a fp32 matmul within `budget_s`; None without numpy."""
+    """One core's best fp32 matmul rate times the cores; None without numpy."""
     try:
         import numpy as np
+        from threadpoolctl import threadpool_limits
     except ImportError:
         return None
+    with threadpool_limits(limits=1):
+        best = _best_run(np, budget_s)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = cores or 1
+    return CpuPeak(tflops=2 * SIZE**3 / best / 1e12 * cores, cores=cores, size=SIZE)
+
+
+def _best_run(np: Any, budget_s: float) -> float:
+    """The fastest of the matmuls run within `budget_s` (at least three), in seconds."""
     a = np.random.default_rng(0).standard_normal((SIZE, SIZE), dtype=np.float32)
     b = a.T.copy()
     a @ b  # the BLAS's threads start, its buffers are made
@@ -40,5 +51,4 @@ def measure(budget_s: float = BUDGET_S) -> CpuPeak | None:
         a @ b
         best = min(best, clock() - t0)
         runs += 1
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return CpuPeak(tflops=2 * SIZE**3 / best / 1e12, cores=cores or 1, size=SIZE)
+    return best

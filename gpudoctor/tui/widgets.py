@@ -229,10 +229,9 @@ class JobPanel(Panel):
         out.append(f"\n{bar}\n{legend}", "")
         sol = s.speed_of_light
         if sol is not None and sol.mfu is not None and sol.peak_tflops and sol.could_take_ms:
-            out.append(
-                f"\nMFU {sol.mfu:.0%} of {rate_text(sol.peak_tflops)} · "
-                f"a step could take {ms_text(sol.could_take_ms)}"[:width]
-            )
+            line = f"MFU {sol.mfu:.0%} of {rate_text(sol.peak_tflops)}"
+            could = f" · a step could take {ms_text(sol.could_take_ms)}"
+            out.append("\n" + (line + could if len(line + could) <= width else line[:width]))
         if s.ranks:  # the slowest rank by its own work; r opens the table
             slow = max(s.ranks, key=lambda r: r.own_ms)
             out.append(
