@@ -71,3 +71,14 @@ def test_convnet_on_gpu_lacks_amp_and_cudnn_benchmark(tmp_path: Path) -> None:
     ids = [f["id"] for f in report["findings"]]
     assert "no-mixed-precision" in ids
     assert "cudnn-benchmark-off" in ids
+
+
+def test_speed_of_light_on_gpu_against_the_datasheet(tmp_path: Path) -> None:
+    """The FLOPs a CUDA step does, against the GPU's datasheet figure (the H200 the
+    device tool lends is in the table): an MFU above nothing and below the peak."""
+    report = _doctor(tmp_path, "healthy", "--seconds", "8", "--batch-size", "4096")
+    sol = report["speed_of_light"]
+    assert sol["flops_per_step"] > 0
+    assert "datasheet" in sol["basis"], sol
+    assert 0.0005 < sol["mfu"] < 1.0, sol
+    assert sol["could_take_ms"] < sol["step_ms"] / 0.5 + 1e-9
