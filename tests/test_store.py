@@ -211,7 +211,7 @@ def test_prune_deletes_old_sessions_and_their_records_and_keeps_the_rest(tmp_pat
         [PY, "-m", "gpudoctor", "--store", str(path), "history", "--prune", "soon"],
         capture_output=True, text=True,
     )  # fmt: skip
-    assert bad.returncode == 2 and "not an age: 'soon'" in bad.stderr
+    assert bad.returncode == 2 and "not a time: 'soon'" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
 
 

@@ -44,6 +44,10 @@ def test_more_workers_through_the_scripts_flag_is_faster(tmp_path: Path) -> None
     assert "2 cores the job may use" in applied["why"]
     assert result["commands"]["treatment"][-2:] == ["--num-workers", "2"]
     assert result["speedup"] >= 1.3 and result["verdict"] == "faster"
+    # what it was predicted to buy, beside what it measured
+    predicted = result["predicted"]
+    assert 0 < predicted["low"] <= predicted["high"] and "2 cores allowed" in predicted["basis"]
+    assert "predicted " in proc.stderr
     low, high = result["ci95"]
     assert low <= result["speedup"] <= high and low > 1.0
     assert result["baseline"]["data_wait_fraction"] > result["treatment"]["data_wait_fraction"]

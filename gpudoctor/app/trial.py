@@ -18,6 +18,8 @@ from gpudoctor.diagnosis.engine import diagnose
 from gpudoctor.diagnosis.remedies import CATALOGUE
 from gpudoctor.diagnosis.window import WARMUP_STEPS
 from gpudoctor.jobs import LaunchedJob
+from gpudoctor.prescribe.how import suggested_workers
+from gpudoctor.prescribe.predict import Prediction, predict
 from gpudoctor.prescribe.rerun import NotApplicable, Treatment, plan
 from gpudoctor.prescribe.trial import TRIAL_WARMUP_STEPS, Arm, Comparison, TrialResult, arm_of
 from gpudoctor.redact import redact_argv
@@ -93,6 +95,9 @@ def trial(
     for change in treatment.applied:
         why = f" ({change.why})" if change.why else ""
         progress(f"{change.remedy} via {change.via}: {change.change}{why}")
+    predicted = prediction_of(first.timeline, treatment)
+    if predicted is not None:
+        progress(f"predicted {predicted.words()}: {predicted.basis}")
     last = None
     for side in arm_order(request.repeat):
         if side == "treatment":
@@ -108,6 +113,7 @@ def trial(
         treatment_shown=treatment.shown(),
         steps_per_run=request.steps,
         repeat=request.repeat,
+        predicted=predicted,
     )
     if last is not None and last.session_id is not None:
         store.add(last.session_id, "trial", time.monotonic_ns(), result.to_dict())
@@ -140,6 +146,19 @@ def treatment_of(timeline: Timeline, request: TrialRequest, progress: Progress) 
         return plan(remedies, list(request.command), facts, cores)
     except NotApplicable as exc:
         raise NotPossible(str(exc)) from None
+
+
+def prediction_of(timeline: Timeline, treatment: Treatment) -> Prediction | None:
+    """What the one remedy applied was predicted to buy (None for several at once)."""
+    if len(treatment.applied) != 1:
+        return None
+    remedy = treatment.applied[0].remedy
+    w = timeline.window()
+    finding = next((f for f in diagnose(w) if remedy in f.remedies), None)
+    facts = timeline.merged_facts()
+    cores = timeline.host[-1].cores_allowed if timeline.host else (os.cpu_count() or 1)
+    workers = suggested_workers(facts, cores) if remedy == "more-workers" else None
+    return predict(remedy, finding, w, cores, workers)
 
 
 def compare(store: Store, baseline: str, treatment: str) -> TrialResult:

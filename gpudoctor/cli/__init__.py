@@ -16,6 +16,7 @@ COMMANDS = {
     "run": ("run", "command"),
     "watch": ("watch", "command"),
     "trial": ("trial", "command"),
+    "fix": ("fix", "command"),
     "tune": ("tune", "command"),
     "compare": ("trial", "compare"),
     "history": ("sessions", "history"),

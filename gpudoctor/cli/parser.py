@@ -116,6 +116,27 @@ def build_parser() -> argparse.ArgumentParser:
     trial.add_argument("--lang", choices=("en", "zh"), default=None)
     trial.add_argument("cmd", nargs=argparse.REMAINDER, metavar="[--] CMD [ARGS...]", help=CMD_HELP)
 
+    fix = add(
+        "fix",
+        "diagnose, apply the remedy predicted to buy most, trial it, keep it if faster, repeat",
+    )
+    fix.add_argument(
+        "--budget", type=_age, default=600.0, metavar="TIME",
+        help="stop before a trial would run past this much time (e.g. 10m, 90s, 1h; "
+        "default 10m)",
+    )  # fmt: skip
+    fix.add_argument(
+        "--steps", type=_positive_int, default=100, metavar="N",
+        help="steady-state steps measured in each run, warm-up excluded (default 100)",
+    )  # fmt: skip
+    fix.add_argument(
+        "--repeat", type=_positive_int, default=2, metavar="K",
+        help="runs a side in each trial, alternating (default 2)",
+    )  # fmt: skip
+    fix.add_argument("--report", type=Path, metavar="PATH", help="write the visit (.json or .md)")
+    fix.add_argument("--lang", choices=("en", "zh"), default=None)
+    fix.add_argument("cmd", nargs=argparse.REMAINDER, metavar="[--] CMD [ARGS...]", help=CMD_HELP)
+
     tune = add("tune", "find settings by measuring: `tune batch-size -- CMD`")
     tune_sub = tune.add_subparsers(dest="what", metavar="WHAT", parser_class=_Parser)
     bs = tune_sub.add_parser(
@@ -224,5 +245,5 @@ def _age(text: str) -> float:
     except ValueError:
         value = -1.0
     if unit not in _AGE_UNITS or value <= 0:
-        raise argparse.ArgumentTypeError(f"not an age: {text!r} (e.g. 30d, 12h, 2w)")
+        raise argparse.ArgumentTypeError(f"not a time: {text!r} (e.g. 30d, 12h, 2w, 10m)")
     return value * _AGE_UNITS[unit]

@@ -22,6 +22,7 @@ from typing import Any
 from gpudoctor.diagnosis.rules.noisy_neighbour import busiest, contended
 from gpudoctor.diagnosis.window import WARMUP_STEPS, Window
 from gpudoctor.model import HostSample, StepRecord
+from gpudoctor.prescribe.predict import Prediction
 from gpudoctor.prescribe.rerun import Change
 from gpudoctor.redact import redact_argv, redact_text
 from gpudoctor.timeline import Timeline
@@ -381,6 +382,7 @@ class TrialResult:
     steps_per_run: int | None = None
     repeat: int | None = None
     method: str = METHOD
+    predicted: Prediction | None = None  # what the remedy was predicted to buy
 
     def to_dict(self) -> dict[str, Any]:
         out = {
@@ -402,6 +404,7 @@ class TrialResult:
                 "steps_per_run": self.steps_per_run,
                 "repeat": self.repeat,
                 "method": self.method,
+                "predicted": self.predicted.as_dict() if self.predicted else None,
             }
         )
         return out

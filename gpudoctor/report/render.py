@@ -9,6 +9,7 @@ from typing import Any
 
 from gpudoctor.prescribe.batch_size import SAFETY_MARGIN, Found
 from gpudoctor.prescribe.trial import Comparison, TrialResult
+from gpudoctor.prescribe.visit import FixResult
 from gpudoctor.redact import redact_argv, redact_text
 from gpudoctor.report.values import SCHEMA, HotspotLine, Json, Profile, Report, StepMeasures
 from gpudoctor.units import flop_text, ms_text, rate_text
@@ -204,6 +205,8 @@ def trial_text(r: TrialResult) -> str:
     unit = b.unit + "/s"
     lines = ["", f"gpudoctor trial: {c.verdict}"]
     lines += [f"  applied {a.remedy} via {a.via}: {a.change}" for a in r.applied]
+    if r.predicted is not None:
+        lines.append(f"  predicted {r.predicted.words()} ({r.predicted.basis})")
     lines.append(
         f"  baseline  {round(b.samples_per_s, 2):.1f} {unit}, step "
         f"{b.step_median_ms or 0:.1f} ms median, data wait {percent(b.data_wait_fraction)}"
@@ -252,6 +255,8 @@ def trial_markdown(r: TrialResult) -> str:
     if c.crowding is not None:
         lines.append(f"- {c.crowding.words()}")
     lines += [f"- applied `{a.remedy}` via {a.via}: {a.change}" for a in r.applied]
+    if r.predicted is not None:
+        lines.append(f"- predicted {r.predicted.words()} ({r.predicted.basis})")
     return "\n".join(lines) + "\n"
 
 
@@ -301,3 +306,69 @@ def percent(value: float | None) -> str:
 
 def _gib(value: int | None) -> str:
     return f"{value / 2**30:.1f} GiB" if value else "n/a"
+
+
+def fix_text(r: FixResult) -> str:
+    """`gpudoctor fix`: the path taken, the command to use, the whole visit's speedup,
+    the edits left to make by hand."""
+    lines = ["", f"gpudoctor fix: {len(r.steps)} remedies tried in {r.elapsed_s:.0f} s"]
+    if r.steps:
+        rows = [("#", "remedy", "change", "predicted", "measured (95% interval)", "kept")]
+        for n, s in enumerate(r.steps, 1):
+            c = s.comparison
+            rows.append(
+                (
+                    str(n),
+                    s.remedy,
+                    "; ".join(ch.change for ch in s.changes),
+                    s.predicted.words(),
+                    f"{c.speedup:.2f}x [{c.ci95[0]:.2f}, {c.ci95[1]:.2f}]",
+                    "yes" if s.kept else "no",
+                )
+            )
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        for row in rows:
+            cells = "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True))
+            lines.append(("  " + cells).rstrip())
+    if r.overall is not None:
+        lines.append(f"  the whole visit: {speedup_words(r.overall)} (final against the first run)")
+        lines.append(f"  use: {redact_text(r.final.shown())}")
+    else:
+        lines.append("  nothing tried made it measurably faster: the command stays as it was")
+    why = {"budget": "the time budget", "no remedy left": "no applicable remedy left"}
+    lines.append(f"  stopped by {why.get(r.stopped_by, r.stopped_by)}")
+    if r.edits:
+        lines.append("  edits to make by hand (the doctor cannot apply them on a rerun):")
+        lines += [f"    - {e}" for e in r.edits]
+    return "\n".join(lines) + "\n"
+
+
+def fix_markdown(r: FixResult) -> str:
+    lines = ["# gpudoctor fix", ""]
+    lines += ["| # | remedy | change | predicted | measured | 95% interval | kept |"]
+    lines += ["|---|---|---|---|---|---|---|"]
+    for n, s in enumerate(r.steps, 1):
+        c = s.comparison
+        change = "; ".join(ch.change for ch in s.changes).replace("|", "\\|")
+        lines.append(
+            f"| {n} | `{s.remedy}` | {change} | {s.predicted.words()} | {c.speedup:.2f}x | "
+            f"{c.ci95[0]:.2f}-{c.ci95[1]:.2f} | {'yes' if s.kept else 'no'} |"
+        )
+    lines.append("")
+    if r.overall is not None:
+        lines.append(f"- the whole visit: {speedup_words(r.overall)}")
+        lines.append(f"- use: `{redact_text(r.final.shown())}`")
+    else:
+        lines.append("- nothing tried made it measurably faster")
+    lines += [f"- by hand: {e}" for e in r.edits]
+    return "\n".join(lines) + "\n"
+
+
+def fix_document(r: FixResult) -> dict[str, Any]:
+    """The fix report (`--report x.json`)."""
+    return {
+        "schema": SCHEMA,
+        "mode": "fix",
+        "command": redact_argv(r.first_command),
+        "fix": r.to_dict(),
+    }

@@ -1,0 +1,181 @@
+"""`fix`: the whole doctor's visit in one command. Run the job as it is; diagnose;
+take the applicable remedy with the largest predicted gain (prescribe/predict.py) that
+can be applied without editing the script (its flag, the probe's overrides); trial it
+against the configuration kept so far (runs alternated, as `trial` does); keep it only
+when the interval's lower bound is above 1; diagnose the kept configuration again;
+repeat until no applicable remedy is left or the time budget would be overrun.
+
+The remedies that need an edit are collected as words (what to change, by hand).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import IO, Any
+
+from gpudoctor.app.errors import NotPossible
+from gpudoctor.app.progress import Progress
+from gpudoctor.app.run import conclude
+from gpudoctor.app.trial import MIN_BASELINE_STEPS, BaselineFailed, arm_order, run_arm
+from gpudoctor.diagnosis.engine import diagnose
+from gpudoctor.diagnosis.window import WARMUP_STEPS
+from gpudoctor.jobs import LaunchedJob
+from gpudoctor.model import Finding
+from gpudoctor.prescribe.how import suggested_workers
+from gpudoctor.prescribe.predict import Prediction, predict
+from gpudoctor.prescribe.rerun import NotApplicable, Treatment, plan
+from gpudoctor.prescribe.trial import Arm, Comparison
+from gpudoctor.prescribe.visit import FixResult, FixStep
+from gpudoctor.redact import redact_argv
+from gpudoctor.store import Store
+from gpudoctor.timeline import Timeline
+
+
+@dataclass(frozen=True)
+class FixRequest:
+    command: tuple[str, ...]
+    budget_s: float = 600.0
+    steps: int = 100  # steady steps measured in each run
+    repeat: int = 2  # runs a side in each trial
+    lang: str = "en"
+
+
+def fix(
+    request: FixRequest, store: Store, progress: Progress, output: IO[Any] | None = None
+) -> FixResult:
+    """The visit. BaselineFailed when the job fails as it is; LaunchError when it cannot
+    start."""
+    started = time.monotonic()
+    argv = list(request.command)
+    runs: list[float] = []  # each run's duration, for the budget
+
+    def run(label: str, t: Treatment) -> tuple[LaunchedJob, Arm]:
+        progress(f"{label}: {' '.join(redact_argv(list(t.argv)))}")
+        t0 = time.monotonic()
+        job, arm = run_arm(t.argv, t.env, request.steps, store, output=output)
+        conclude(job, store, request.lang)
+        runs.append(time.monotonic() - t0)
+        progress(f"  {len(arm.walls_s)} steps, {_rate(arm)}")
+        return job, arm
+
+    current = Treatment(tuple(argv))
+    first_job, first_arm = run("baseline", current)
+    if first_arm.failed or len(first_arm.walls_s) < MIN_BASELINE_STEPS:
+        why = (
+            f"exit code {first_arm.exit_code}"
+            if first_arm.failed
+            else f"only {first_arm.total_steps} steps (warm-up is {WARMUP_STEPS})"
+        )
+        raise BaselineFailed(
+            f"the baseline run failed ({why}): nothing to fix",
+            first_arm.exit_code if first_arm.failed and first_arm.exit_code else 1,
+        )
+    facts = first_job.timeline.merged_facts()  # the script's options and loaders as they ran
+    cores = _cores(first_job.timeline)
+    first_arms = [first_arm]
+    base_arms: list[Arm] = [first_arm]
+    timeline = first_job.timeline
+    kept: list[str] = []
+    tried: set[str] = set()
+    edits: dict[str, str] = {}
+    steps: list[FixStep] = []
+    stopped_by = "no remedy left"
+    while True:
+        candidates = _candidates(timeline, argv, facts, cores, kept, tried, edits)
+        if not candidates:
+            break
+        prediction, remedy, finding, treatment = candidates[0]
+        trial_runs = 2 * request.repeat - 1
+        needed = trial_runs * (sum(runs) / len(runs))
+        if time.monotonic() - started + needed > request.budget_s:
+            stopped_by = "budget"
+            progress(f"the budget leaves no time to try {remedy} (about {needed:.0f} s)")
+            break
+        tried.add(remedy)
+        new = [c for c in treatment.applied if c.remedy == remedy]
+        for change in new:
+            why = f" ({change.why})" if change.why else ""
+            progress(f"trying {remedy} via {change.via}: {change.change}{why}")
+        progress(f"  predicted {prediction.words()}: {prediction.basis}")
+        treat_arms: list[Arm] = []
+        last: LaunchedJob | None = None
+        for side in arm_order(request.repeat):
+            if side == "treatment":
+                last, arm = run("treatment", treatment)
+                treat_arms.append(arm)
+            else:
+                _, arm = run("baseline", current)
+                base_arms.append(arm)
+        comparison = Comparison.of(base_arms, treat_arms)
+        step = FixStep(remedy, finding.id if finding else None, tuple(new), prediction, comparison)
+        steps.append(step)
+        lo, hi = comparison.ci95
+        progress(
+            f"  measured {comparison.speedup:.2f}x [{lo:.2f}, {hi:.2f}], "
+            f"{comparison.verdict}: {'kept' if step.kept else 'not kept'}"
+        )
+        if step.kept and last is not None:
+            kept.append(remedy)
+            current = treatment
+            base_arms = treat_arms
+            timeline = last.timeline
+    overall = Comparison.of(first_arms, base_arms) if kept else None
+    return FixResult(
+        first_command=tuple(argv),
+        final=current,
+        steps=tuple(steps),
+        overall=overall,
+        edits=tuple(edits.values()),
+        stopped_by=stopped_by,
+        elapsed_s=time.monotonic() - started,
+        first_rate=_rate(first_arm),
+    )
+
+
+def _candidates(
+    timeline: Timeline,
+    argv: Sequence[str],
+    facts: dict[str, Any],
+    cores: int,
+    kept: list[str],
+    tried: set[str],
+    edits: dict[str, str],
+) -> list[tuple[Prediction, str, Finding | None, Treatment]]:
+    """The remedies the current configuration's findings offer that can be applied on a
+    rerun, best predicted first; those that need an edit go to `edits` (a remedy that
+    cannot be applied yet, prefetch before the loader has workers, is asked again in the
+    next round)."""
+    w = timeline.window()
+    out: list[tuple[Prediction, str, Finding | None, Treatment]] = []
+    for finding in diagnose(w):
+        for remedy in finding.remedies:
+            if remedy in tried or remedy in kept:
+                continue
+            try:
+                treatment = plan([*kept, remedy], list(argv), facts, cores)
+            except NotApplicable as exc:
+                if "by hand" in str(exc):  # an edit (not: "already runs 2 workers")
+                    edits.setdefault(remedy, str(exc))
+                continue
+            workers = suggested_workers(facts, cores) if remedy == "more-workers" else None
+            out.append((predict(remedy, finding, w, cores, workers), remedy, finding, treatment))
+    out.sort(key=lambda c: -c[0].point)
+    return out
+
+
+def _cores(timeline: Timeline) -> int:
+    return timeline.host[-1].cores_allowed if timeline.host else (os.cpu_count() or 1)
+
+
+def _rate(arm: Arm) -> str:
+    sps = arm.samples_per_s
+    unit = "samples/s" if arm.batch_size else "steps/s"
+    return f"{sps:.1f} {unit}" if sps else "no rate"
+
+
+def check_request(request: FixRequest) -> None:
+    if not request.command:
+        raise NotPossible("no command to fix (gpudoctor fix -- python train.py ...)")

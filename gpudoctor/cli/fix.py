@@ -1,0 +1,59 @@
+"""`gpudoctor fix [--budget 10m] [--report PATH] -- CMD`: diagnose, apply, trial, keep,
+repeat (gpudoctor/app/fix.py)."""
+
+from __future__ import annotations
+
+import argparse
+
+from gpudoctor.app import errors
+from gpudoctor.app import fix as visits
+from gpudoctor.app.trial import BaselineFailed
+from gpudoctor.cli.common import (
+    UsageError,
+    command_of,
+    err,
+    lang_of,
+    open_log,
+    open_store,
+    report_path,
+    say,
+    write_file,
+)
+from gpudoctor.jobs import LaunchError
+from gpudoctor.report import to_json
+from gpudoctor.report.render import fix_document, fix_markdown, fix_text
+
+
+def command(args: argparse.Namespace) -> int:
+    request = visits.FixRequest(
+        command=command_of(args, "fix"),
+        budget_s=args.budget,
+        steps=args.steps,
+        repeat=args.repeat,
+        lang=lang_of(args),
+    )
+    path = report_path(args, "fix")
+    store = open_store(args)
+    progress = say("gpudoctor fix")
+    log = open_log(store, "fix", "fix")
+    progress(f"the runs' output goes to {log.path}")
+    try:
+        result = visits.fix(request, store, progress, output=log.file)
+    except LaunchError as exc:
+        progress(str(exc))
+        return exc.exit_code
+    except BaselineFailed as exc:
+        progress(str(exc))
+        return exc.exit_code
+    except errors.NotPossible as exc:
+        raise UsageError(f"gpudoctor fix: {exc}") from None
+    finally:
+        store.close()
+        log.close()
+    err(fix_text(result))
+    if path is not None:
+        if path.suffix == ".json":
+            write_file(path, to_json(fix_document(result)))
+        else:
+            path.write_text(fix_markdown(result), encoding="utf-8")
+    return 0

@@ -1,0 +1,84 @@
+"""What a remedy is predicted to buy: a speedup range (low, high) with its basis, from
+what was measured; `trial` and `fix` show it beside what the rerun measured.
+
+- more-workers (a DataLoader's data wait): the step is its compute C and its wait for
+  data L (the median step's split). Loading N batches at once overlaps the wait with
+  the compute: the step becomes max(C, L x W / N) where W is the workers loading now
+  (1 for none: the main process loads in line). High: all N new workers load at once
+  (waits on storage overlap whatever the cores). Low: only as many as the cores left
+  beside the training process (cores allowed less one) load at once (decoding that
+  needs a core each), and each at 3/4 of the speed (the hand-off to the main process:
+  pickling the batch, its queue).
+- Every other remedy of a finding: at most the finding's share of the step won back
+  (its estimated gain g: 1 / (1 - g)), at least nothing (1.0). The trial says which.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from gpudoctor.diagnosis.window import Window
+from gpudoctor.model import Finding
+
+HAND_OFF = 0.75  # a worker's speed against loading in line (see the docstring)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    low: float
+    high: float
+    basis: str
+
+    @property
+    def point(self) -> float:
+        """Between the bounds (geometric mean): what `fix` ranks remedies by."""
+        return float((self.low * self.high) ** 0.5)
+
+    def words(self) -> str:
+        if abs(self.high - self.low) < 0.005:
+            return f"{self.low:.2f}x"
+        return f"{self.low:.2f}x-{self.high:.2f}x"
+
+    def as_dict(self) -> dict[str, float | str]:
+        return {"low": round(self.low, 3), "high": round(self.high, 3), "basis": self.basis}
+
+
+def predict(
+    remedy: str, finding: Finding | None, w: Window, cores_allowed: int, new_workers: int | None
+) -> Prediction:
+    """The prediction for one remedy of a finding (None: applied with no finding)."""
+    if remedy == "more-workers" and new_workers and w.uses_dataloader and w.detailed_steps:
+        return _more_workers(w, cores_allowed, new_workers)
+    gain = finding.estimated_gain if finding is not None else None
+    if not gain or gain <= 0:
+        return Prediction(1.0, 1.0, "nothing measured that this remedy would win back")
+    high = 1 / max(1e-6, 1 - min(gain, 0.99))
+    return Prediction(
+        1.0, high,
+        f"at most the {finding.id if finding else 'finding'}'s {gain:.0%} of the step won "
+        "back; at least nothing",
+    )  # fmt: skip
+
+
+def _more_workers(w: Window, cores: int, workers: int) -> Prediction:
+    steps = w.detailed_steps
+    step = statistics.median(s.wall_ns for s in steps) / 1e6
+    wait = step * w.data_wait_fraction
+    compute = max(1e-6, step - wait)
+    loaders = w.facts.get("dataloaders") or []
+    first = loaders[0] if loaders and isinstance(loaders[0], dict) else {}
+    raw = first.get("num_workers")
+    current = raw if isinstance(raw, int) else 0
+    now = max(1, current)  # none: the main process loads, one batch at a time
+    spare = max(1, cores - 1)
+    high = step / max(compute, wait * now / workers)
+    low = min(high, step / max(compute, wait * now / (min(workers, spare) * HAND_OFF)))
+    return Prediction(
+        low,
+        high,
+        f"{cores} cores allowed, {current} workers -> {workers}; a step is {compute:.1f} ms "
+        f"of work and {wait:.1f} ms waiting for data: the wait overlapped by {workers} "
+        f"loaders at most, by {min(workers, spare)} at {HAND_OFF:.0%} speed if loading needs "
+        "a core each",
+    )

@@ -1,0 +1,81 @@
+"""`gpudoctor fix`: the whole visit on real sample jobs (diagnose, apply, trial, keep,
+repeat), its budget, and the bad inputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import PY, SAMPLES, doctor
+
+pytestmark = pytest.mark.timeout(400)
+
+# the trial tests' loader-bound job: each sample waits 1 ms for storage and decodes in
+# ~0.3 ms, no workers; more workers overlap the waits, on a busy machine too
+LOADER_BOUND = (
+    PY, str(SAMPLES / "dataloader_bound.py"), "--seconds", "600", "--decode-work", "1",
+    "--read-ms", "1",
+)  # fmt: skip
+
+
+def test_fix_keeps_more_workers_and_says_what_to_edit_by_hand(tmp_path: Path) -> None:
+    report = tmp_path / "fix.json"
+    proc = doctor("fix", "--steps", "60", "--report", str(report), "--", *LOADER_BOUND, timeout=380)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    visit = json.loads(report.read_text())["fix"]
+    first = visit["steps"][0]
+    # the remedy predicted to buy most, applied through the script's own flag
+    assert first["remedy"] == "more-workers" and first["finding"] == "input-bound"
+    assert first["changes"][0]["change"] == "--num-workers 0 -> 2"
+    predicted = first["predicted"]
+    assert 0 < predicted["low"] <= predicted["high"] and "waiting for data" in predicted["basis"]
+    assert first["kept"] and first["ci95"][0] > 1.0 and first["verdict"] == "faster"
+    # the command to use from now on, and the whole visit against the first run
+    assert visit["final_command"][-2:] == ["--num-workers", "2"]
+    assert visit["speedup"] > 1.0 and visit["ci95"][0] > 1.0
+    assert visit["stopped_by"] in ("no remedy left", "budget")
+    assert any(e.startswith("preprocess-offline") and "by hand" in e for e in visit["edits"])
+    # what it printed: the path taken as a table, the command to use
+    assert "more-workers  --num-workers 0 -> 2" in proc.stderr
+    assert "use: " + " ".join(visit["final_command"]) in proc.stderr
+    # every remedy after the first was tried against the kept configuration
+    for step in visit["steps"][1:]:
+        assert step["remedy"] != "more-workers"
+
+
+def test_a_budget_too_short_for_a_trial_stops_after_the_first_run(tmp_path: Path) -> None:
+    report = tmp_path / "fix.json"
+    proc = doctor(
+        "fix", "--budget", "5s", "--steps", "20", "--report", str(report), "--", *LOADER_BOUND,
+        timeout=200,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    visit = json.loads(report.read_text())["fix"]
+    assert visit["stopped_by"] == "budget" and visit["steps"] == []
+    assert visit["final_command"] == list(LOADER_BOUND)
+    assert "the budget leaves no time to try more-workers" in proc.stderr
+    assert "nothing tried made it measurably faster" in proc.stderr
+
+
+def test_fix_of_a_job_that_fails_ends_with_its_exit_code(tmp_path: Path) -> None:
+    script = tmp_path / "fails.py"
+    script.write_text("import sys\nsys.exit(3)\n")
+    proc = doctor("fix", "--", PY, str(script), timeout=120)
+    assert proc.returncode == 3
+    assert "the baseline run failed (exit code 3): nothing to fix" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--budget", "soon", "--", "python", "x.py"], "not a time: 'soon'"),
+        ([], "no command given"),
+        (["--report", "/tmp/x.txt", "--", "python", "x.py"], "must end in .json or .md"),
+    ],
+)
+def test_fix_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
+    proc = doctor("fix", *args)
+    assert proc.returncode == 2
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
