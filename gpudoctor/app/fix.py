@@ -99,7 +99,7 @@ def fix(
         for change in new:
             why = f" ({change.why})" if change.why else ""
             progress(f"trying {remedy} via {change.via}: {change.change}{why}")
-        progress(f"  predicted {prediction.words()}: {prediction.basis}")
+        progress(f"  predicted: {prediction.words()} ({prediction.basis})")
         treat_arms: list[Arm] = []
         last: LaunchedJob | None = None
         for side in arm_order(request.repeat):

@@ -96,7 +96,7 @@ def trial(
         why = f" ({change.why})" if change.why else ""
         progress(f"{change.remedy} via {change.via}: {change.change}{why}")
     predicted = prediction_of(first.timeline, treatment)
-    if predicted is not None:
+    if predicted is not None and predicted.known:
         progress(f"predicted {predicted.words()}: {predicted.basis}")
     last = None
     for side in arm_order(request.repeat):

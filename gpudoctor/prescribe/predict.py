@@ -29,6 +29,7 @@ class Prediction:
     low: float
     high: float
     basis: str
+    known: bool = True  # False: nothing measured says what it buys (the trial will)
 
     @property
     def point(self) -> float:
@@ -36,11 +37,15 @@ class Prediction:
         return float((self.low * self.high) ** 0.5)
 
     def words(self) -> str:
+        if not self.known:
+            return "not estimated"
         if abs(self.high - self.low) < 0.005:
             return f"{self.low:.2f}x"
         return f"{self.low:.2f}x-{self.high:.2f}x"
 
-    def as_dict(self) -> dict[str, float | str]:
+    def as_dict(self) -> dict[str, float | str | None]:
+        if not self.known:
+            return {"low": None, "high": None, "basis": self.basis}
         return {"low": round(self.low, 3), "high": round(self.high, 3), "basis": self.basis}
 
 
@@ -52,7 +57,7 @@ def predict(
         return _more_workers(w, cores_allowed, new_workers)
     gain = finding.estimated_gain if finding is not None else None
     if not gain or gain <= 0:
-        return Prediction(1.0, 1.0, "nothing measured that this remedy would win back")
+        return Prediction(1.0, 1.0, "no share of the step measured for it", known=False)
     high = 1 / max(1e-6, 1 - min(gain, 0.99))
     return Prediction(
         1.0, high,

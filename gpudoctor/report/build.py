@@ -13,7 +13,8 @@ from gpudoctor.diagnosis.remedies import CATALOGUE
 from gpudoctor.diagnosis.speed_of_light import speed_of_light
 from gpudoctor.diagnosis.window import Window, percentile
 from gpudoctor.model import Finding
-from gpudoctor.prescribe.how import how
+from gpudoctor.prescribe.how import how, suggested_workers
+from gpudoctor.prescribe.predict import predict
 from gpudoctor.probe.clock import MAX_BUFFERED_STEPS
 from gpudoctor.redact import redact_argv, redact_facts, redact_text
 from gpudoctor.report.values import (
@@ -103,7 +104,7 @@ def build(timeline: Timeline, session_id: int | None, lang: str = "en") -> Repor
         gpu_status=_gpu_status(timeline),
         host=_host(window),
         facts=shown_facts,
-        findings=tuple(_finding(f, window.advice_facts, cores_allowed, lang) for f in findings),
+        findings=tuple(_finding(f, window, cores_allowed, lang) for f in findings),
         probe=ProbeInfo(
             processes=tuple(sorted(timeline.facts)),
             stepping_processes=tuple(sorted(counts)),
@@ -253,7 +254,15 @@ def _doctor_notes(timeline: Timeline) -> list[str]:
     return notes
 
 
-def _finding(f: Finding, facts: dict[str, Any], cores: int, lang: str) -> FindingLine:
+def _finding(f: Finding, w: Window, cores: int, lang: str) -> FindingLine:
+    facts = w.advice_facts
+    predicted = None
+    if f.remedies:
+        first = f.remedies[0]
+        workers = suggested_workers(facts, cores) if first == "more-workers" else None
+        prediction = predict(first, f, w, cores, workers)
+        if prediction.known:  # else left out: nothing measured says what it buys
+            predicted = {"remedy": first, **prediction.as_dict()}
     return FindingLine(
         id=f.id,
         severity=f.severity,
@@ -270,6 +279,7 @@ def _finding(f: Finding, facts: dict[str, Any], cores: int, lang: str) -> Findin
             )
             for r in f.remedies
         ),
+        predicted_speedup=predicted,
     )
 
 

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpudoctor.prescribe.batch_size import SAFETY_MARGIN, Found
+from gpudoctor.prescribe.predict import Prediction
 from gpudoctor.prescribe.trial import Comparison, TrialResult
 from gpudoctor.prescribe.visit import FixResult
 from gpudoctor.redact import redact_argv, redact_text
@@ -66,6 +67,8 @@ def summary(report: Report) -> str:
         estimated = ", estimated" if f.estimated else ""
         lines.append(f"  [{f.severity}{estimated}] {f.id}: {f.title}")
         lines.append(f"      {f.evidence}")
+        if f.predicted_speedup:
+            lines.append(f"      {predicted_words(f.predicted_speedup)}")
         # every remedy, in the report's and the TUI's order
         lines += [f"      -> {r.id}: {r.how}" for r in f.remedies]
     if report.profile is not None:
@@ -82,6 +85,12 @@ def summary(report: Report) -> str:
         lines += [f"      {hotspot_words(h)}" for h in report.hotspots]
     lines += [f"  note: {note}" for note in report.notes]
     return "\n".join(lines) + "\n"
+
+
+def predicted_words(p: Mapping[str, Json]) -> str:
+    """`predicted with more-workers: 1.19x-2.10x (2 cores allowed, ...)`"""
+    span = Prediction(float(p["low"]), float(p["high"]), str(p["basis"])).words()
+    return f"predicted with {p['remedy']}: {span} ({p['basis']})"
 
 
 def speed_words(sol: Mapping[str, Json]) -> list[str]:
@@ -144,6 +153,8 @@ def markdown(report: Report) -> str:
         confidence = ", estimated" if f.estimated else ""
         lines.append(f"{n}. **{f.id}** ({f.severity}{confidence}): {f.title}")
         lines.append(f"   {f.evidence}")
+        if f.predicted_speedup:
+            lines.append(f"   {predicted_words(f.predicted_speedup)}")
         for r in f.remedies:
             lines.append(f"   - `{r.id}` {r.title} [guide: {r.guide}]: {r.how}")
     if report.profile is not None:
@@ -205,7 +216,7 @@ def trial_text(r: TrialResult) -> str:
     unit = b.unit + "/s"
     lines = ["", f"gpudoctor trial: {c.verdict}"]
     lines += [f"  applied {a.remedy} via {a.via}: {a.change}" for a in r.applied]
-    if r.predicted is not None:
+    if r.predicted is not None and r.predicted.known:
         lines.append(f"  predicted {r.predicted.words()} ({r.predicted.basis})")
     lines.append(
         f"  baseline  {round(b.samples_per_s, 2):.1f} {unit}, step "
@@ -255,7 +266,7 @@ def trial_markdown(r: TrialResult) -> str:
     if c.crowding is not None:
         lines.append(f"- {c.crowding.words()}")
     lines += [f"- applied `{a.remedy}` via {a.via}: {a.change}" for a in r.applied]
-    if r.predicted is not None:
+    if r.predicted is not None and r.predicted.known:
         lines.append(f"- predicted {r.predicted.words()} ({r.predicted.basis})")
     return "\n".join(lines) + "\n"
 

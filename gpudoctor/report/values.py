@@ -34,6 +34,8 @@ class FindingLine:
     estimated_gain: float | None
     confidence: str
     remedies: tuple[RemedyLine, ...]
+    # what its first remedy is predicted to buy: {remedy, low, high, basis}
+    predicted_speedup: Mapping[str, Json] | None = None
 
     @property
     def estimated(self) -> bool:
@@ -48,6 +50,7 @@ class FindingLine:
             "estimated_gain": self.estimated_gain,
             "confidence": self.confidence,
             "remedies": [r.to_dict() for r in self.remedies],
+            "predicted_speedup": dict(self.predicted_speedup) if self.predicted_speedup else None,
         }
 
 
