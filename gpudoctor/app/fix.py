@@ -10,18 +10,15 @@ The remedies that need an edit are collected as words (what to change, by hand).
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
-from gpudoctor.app.errors import NotPossible
 from gpudoctor.app.progress import Progress
 from gpudoctor.app.run import conclude
-from gpudoctor.app.trial import MIN_BASELINE_STEPS, BaselineFailed, arm_order, run_arm
+from gpudoctor.app.trial import arm_order, check_baseline, cores_of, rate_words, run_arm
 from gpudoctor.diagnosis.engine import diagnose
-from gpudoctor.diagnosis.window import WARMUP_STEPS
 from gpudoctor.jobs import LaunchedJob
 from gpudoctor.model import Finding
 from gpudoctor.prescribe.how import suggested_workers
@@ -58,23 +55,14 @@ def fix(
         job, arm = run_arm(t.argv, t.env, request.steps, store, output=output)
         conclude(job, store, request.lang)
         runs.append(time.monotonic() - t0)
-        progress(f"  {len(arm.walls_s)} steps, {_rate(arm)}")
+        progress(f"  {len(arm.walls_s)} steps, {rate_words(arm)}")
         return job, arm
 
     current = Treatment(tuple(argv))
     first_job, first_arm = run("baseline", current)
-    if first_arm.failed or len(first_arm.walls_s) < MIN_BASELINE_STEPS:
-        why = (
-            f"exit code {first_arm.exit_code}"
-            if first_arm.failed
-            else f"only {first_arm.total_steps} steps (warm-up is {WARMUP_STEPS})"
-        )
-        raise BaselineFailed(
-            f"the baseline run failed ({why}): nothing to fix",
-            first_arm.exit_code if first_arm.failed and first_arm.exit_code else 1,
-        )
+    check_baseline(first_arm, "nothing to fix")
     facts = first_job.timeline.merged_facts()  # the script's options and loaders as they ran
-    cores = _cores(first_job.timeline)
+    cores = cores_of(first_job.timeline)
     first_arms = [first_arm]
     base_arms: list[Arm] = [first_arm]
     timeline = first_job.timeline
@@ -131,7 +119,6 @@ def fix(
         edits=tuple(edits.values()),
         stopped_by=stopped_by,
         elapsed_s=time.monotonic() - started,
-        first_rate=_rate(first_arm),
     )
 
 
@@ -164,18 +151,3 @@ def _candidates(
             out.append((predict(remedy, finding, w, cores, workers), remedy, finding, treatment))
     out.sort(key=lambda c: -c[0].point)
     return out
-
-
-def _cores(timeline: Timeline) -> int:
-    return timeline.host[-1].cores_allowed if timeline.host else (os.cpu_count() or 1)
-
-
-def _rate(arm: Arm) -> str:
-    sps = arm.samples_per_s
-    unit = "samples/s" if arm.batch_size else "steps/s"
-    return f"{sps:.1f} {unit}" if sps else "no rate"
-
-
-def check_request(request: FixRequest) -> None:
-    if not request.command:
-        raise NotPossible("no command to fix (gpudoctor fix -- python train.py ...)")

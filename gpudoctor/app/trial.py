@@ -80,17 +80,7 @@ def trial(
         return job
 
     first = run("baseline", command, {})
-    base = arms["baseline"][0]
-    if base.failed or len(base.walls_s) < MIN_BASELINE_STEPS:
-        why = (
-            f"exit code {base.exit_code}"
-            if base.failed
-            else f"only {base.total_steps} steps (warm-up is {WARMUP_STEPS})"
-        )
-        raise BaselineFailed(
-            f"the baseline run failed ({why}): nothing to compare",
-            base.exit_code if base.failed and base.exit_code else 1,
-        )
+    check_baseline(arms["baseline"][0], "nothing to compare")
     treatment = treatment_of(first.timeline, request, progress)
     for change in treatment.applied:
         why = f" ({change.why})" if change.why else ""
@@ -121,6 +111,25 @@ def trial(
     return result
 
 
+def check_baseline(base: Arm, then: str) -> None:
+    """BaselineFailed when the job as it is crashed or ran too few steps to measure."""
+    if base.failed or len(base.walls_s) < MIN_BASELINE_STEPS:
+        why = (
+            f"exit code {base.exit_code}"
+            if base.failed
+            else f"only {base.total_steps} steps (warm-up is {WARMUP_STEPS})"
+        )
+        raise BaselineFailed(
+            f"the baseline run failed ({why}): {then}",
+            base.exit_code if base.failed and base.exit_code else 1,
+        )
+
+
+def cores_of(timeline: Timeline) -> int:
+    """The cores the job may use, as the last host reading saw them."""
+    return timeline.host[-1].cores_allowed if timeline.host else (os.cpu_count() or 1)
+
+
 def arm_order(repeat: int) -> list[str]:
     """The runs after the first baseline: T, then T B / B T alternating (B T T B ...)."""
     order = ["treatment"]
@@ -132,7 +141,7 @@ def arm_order(repeat: int) -> list[str]:
 def treatment_of(timeline: Timeline, request: TrialRequest, progress: Progress) -> Treatment:
     """How the treatment runs: the remedies asked for, else the top finding's first."""
     facts = timeline.merged_facts()
-    cores = timeline.host[-1].cores_allowed if timeline.host else (os.cpu_count() or 1)
+    cores = cores_of(timeline)
     remedies = list(request.remedies)
     if not remedies:
         findings = [f for f in diagnose(timeline.window()) if f.remedies]
@@ -156,7 +165,7 @@ def prediction_of(timeline: Timeline, treatment: Treatment) -> Prediction | None
     w = timeline.window()
     finding = next((f for f in diagnose(w) if remedy in f.remedies), None)
     facts = timeline.merged_facts()
-    cores = timeline.host[-1].cores_allowed if timeline.host else (os.cpu_count() or 1)
+    cores = cores_of(timeline)
     workers = suggested_workers(facts, cores) if remedy == "more-workers" else None
     return predict(remedy, finding, w, cores, workers)
 

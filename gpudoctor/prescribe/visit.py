@@ -4,7 +4,7 @@ speedup, and the edits left to make by hand."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from gpudoctor.prescribe.predict import Prediction
@@ -51,8 +51,6 @@ class FixResult:
     edits: tuple[str, ...]  # what to change by hand, as words
     stopped_by: str  # "no remedy left" | "budget"
     elapsed_s: float = 0.0
-    first_rate: str = ""
-    notes: tuple[str, ...] = field(default_factory=tuple)
 
     def to_dict(self) -> dict[str, Any]:
         overall = self.overall
