@@ -4,10 +4,14 @@ repeat), its budget, and the bad inputs."""
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 from conftest import PY, SAMPLES, doctor
+
+from gpudoctor.prescribe.edits import loader_diff
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -79,3 +83,71 @@ def test_fix_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> 
     proc = doctor("fix", *args)
     assert proc.returncode == 2
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_fix_writes_a_kept_override_as_a_diff_of_the_script(tmp_path: Path) -> None:
+    """The no-flag loader: more workers kept through the probe's override; the diff sets
+    them where the script makes its DataLoader, and the patched script, run without
+    any override, has them."""
+    jobs = tmp_path / "jobs"
+    shutil.copytree(SAMPLES, jobs, ignore=shutil.ignore_patterns("__pycache__"))
+    report = tmp_path / "fix.json"
+    job = ("dataloader_no_flag.py", "--seconds", "600", "--decode-work", "1", "--read-ms", "1")
+    proc = doctor(
+        "fix", "--steps", "60", "--report", str(report), "--", PY, *job, cwd=jobs, timeout=380
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    visit = json.loads(report.read_text())["fix"]
+    assert visit["steps"][0]["kept"], visit["steps"][0]
+    assert visit["final_env"]["GPUDOCTOR_OVERRIDES"] == '{"dataloader": {"num_workers": 2}}'
+    diff = visit["final_diff"]
+    assert "-        num_workers=0,\n+        num_workers=2,\n" in diff, diff
+    assert "or make the change part of the script:" in proc.stderr
+    patched = subprocess.run(
+        ["patch", "-p1"], input=diff, cwd=jobs, capture_output=True, text=True, check=True
+    )
+    assert "dataloader_no_flag.py" in patched.stdout
+    after = tmp_path / "after.json"
+    run = doctor(
+        "run", "--headless", "--max-seconds", "6", "--report", str(after), "--", PY, *job,
+        cwd=jobs,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    (loader,) = json.loads(after.read_text())["facts"]["dataloaders"]
+    assert loader["num_workers"] == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (  # one argument a line: the new one on its own line, as indented
+            "loader = DataLoader(\n    ds,\n    batch_size=32\n)\n",
+            "loader = DataLoader(\n    ds,\n    batch_size=32,\n    num_workers=2\n)\n",
+        ),
+        (  # given already: its value replaced where it stands
+            "x = torch.utils.data.DataLoader(ds, num_workers=0, shuffle=True)  # é\n",
+            "x = torch.utils.data.DataLoader(ds, num_workers=2, shuffle=True)  # é\n",
+        ),
+        ("x = DataLoader()\n", "x = DataLoader(num_workers=2)\n"),
+    ],
+)
+def test_the_diff_applies_with_patch(tmp_path: Path, text: str, expected: str) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(text, encoding="utf-8")
+    diff = loader_diff(script, {"num_workers": 2}, "train.py")
+    assert diff is not None
+    subprocess.run(
+        ["patch", "-p1"], input=diff, cwd=tmp_path, check=True, capture_output=True, text=True
+    )
+    assert script.read_text(encoding="utf-8") == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["a = DataLoader(x)\nb = DataLoader(y)\n", "a = DataLoader(x, **options)\n", "a = make()\n"],
+    ids=["two loaders", "keywords from a dict", "no loader here"],
+)
+def test_no_diff_where_the_change_is_not_local_and_clear(tmp_path: Path, text: str) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(text)
+    assert loader_diff(script, {"num_workers": 2}, "train.py") is None

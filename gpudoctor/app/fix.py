@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Any
 
 from gpudoctor.app.progress import Progress
@@ -21,6 +22,7 @@ from gpudoctor.app.trial import arm_order, check_baseline, cores_of, rate_words,
 from gpudoctor.diagnosis.engine import diagnose
 from gpudoctor.jobs import LaunchedJob
 from gpudoctor.model import Finding
+from gpudoctor.prescribe.edits import loader_diff, script_of
 from gpudoctor.prescribe.how import suggested_workers
 from gpudoctor.prescribe.predict import Prediction, predict
 from gpudoctor.prescribe.rerun import NotApplicable, Treatment, plan
@@ -111,6 +113,11 @@ def fix(
             base_arms = treat_arms
             timeline = last.timeline
     overall = Comparison.of(first_arms, base_arms) if kept else None
+    diff = None
+    loader_settings = current.overrides.get("dataloader")
+    script = script_of(argv, Path.cwd())
+    if loader_settings and script is not None:
+        diff = loader_diff(script, loader_settings, shown_as=_shown(script))
     return FixResult(
         first_command=tuple(argv),
         final=current,
@@ -118,6 +125,7 @@ def fix(
         overall=overall,
         edits=tuple(edits.values()),
         stopped_by=stopped_by,
+        final_diff=diff,
         elapsed_s=time.monotonic() - started,
     )
 
@@ -151,3 +159,11 @@ def _candidates(
             out.append((predict(remedy, finding, w, cores, workers), remedy, finding, treatment))
     out.sort(key=lambda c: -c[0].point)
     return out
+
+
+def _shown(script: Path) -> str:
+    """The script's path as the diff names it: relative to here when it is below."""
+    try:
+        return str(script.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(script)

@@ -50,6 +50,9 @@ class FixResult:
     overall: Comparison | None  # the final configuration against the first baseline
     edits: tuple[str, ...]  # what to change by hand, as words
     stopped_by: str  # "no remedy left" | "budget"
+    # the kept in-process overrides as an edit of the script (prescribe/edits.py), when
+    # that edit is local and clear
+    final_diff: str | None = None
     elapsed_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
@@ -65,5 +68,6 @@ class FixResult:
             "ci95": [round(overall.ci95[0], 4), round(overall.ci95[1], 4)] if overall else None,
             "edits": list(self.edits),
             "stopped_by": self.stopped_by,
+            "final_diff": self.final_diff,
             "elapsed_s": round(self.elapsed_s, 1),
         }

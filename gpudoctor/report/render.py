@@ -343,7 +343,16 @@ def fix_text(r: FixResult) -> str:
             lines.append(("  " + cells).rstrip())
     if r.overall is not None:
         lines.append(f"  the whole visit: {speedup_words(r.overall)} (final against the first run)")
-        lines.append(f"  use: {redact_text(r.final.shown())}")
+        if r.final.overrides:  # the probe's: they act only under the doctor
+            lines.append(f"  use: gpudoctor run -- {redact_text(r.final.shown())}")
+            if r.final_diff:
+                lines.append("  or make the change part of the script:")
+                lines += ["    " + line for line in r.final_diff.splitlines()]
+            else:
+                lines.append("  or make the change in the script by hand:")
+                lines += [f"    {c.change}" for c in r.final.applied if c.via == "probe"]
+        else:
+            lines.append(f"  use: {redact_text(r.final.shown())}")
     else:
         lines.append("  nothing tried made it measurably faster: the command stays as it was")
     why = {"budget": "the time budget", "no remedy left": "no applicable remedy left"}
@@ -369,6 +378,8 @@ def fix_markdown(r: FixResult) -> str:
     if r.overall is not None:
         lines.append(f"- the whole visit: {speedup_words(r.overall)}")
         lines.append(f"- use: `{redact_text(r.final.shown())}`")
+        if r.final_diff:
+            lines += ["", "```diff", r.final_diff.rstrip("\n"), "```", ""]
     else:
         lines.append("- nothing tried made it measurably faster")
     lines += [f"- by hand: {e}" for e in r.edits]
