@@ -100,7 +100,7 @@ def fix(
                 _, arm = run("baseline", current)
                 base_arms.append(arm)
         comparison = Comparison.of(base_arms, treat_arms)
-        step = FixStep(remedy, finding.id if finding else None, tuple(new), prediction, comparison)
+        step = FixStep(remedy, finding.id, tuple(new), prediction, comparison)
         steps.append(step)
         lo, hi = comparison.ci95
         progress(
@@ -138,13 +138,13 @@ def _candidates(
     kept: list[str],
     tried: set[str],
     edits: dict[str, str],
-) -> list[tuple[Prediction, str, Finding | None, Treatment]]:
+) -> list[tuple[Prediction, str, Finding, Treatment]]:
     """The remedies the current configuration's findings offer that can be applied on a
     rerun, best predicted first; those that need an edit go to `edits` (a remedy that
     cannot be applied yet, prefetch before the loader has workers, is asked again in the
     next round)."""
     w = timeline.window()
-    out: list[tuple[Prediction, str, Finding | None, Treatment]] = []
+    out: list[tuple[Prediction, str, Finding, Treatment]] = []
     for finding in diagnose(w):
         for remedy in finding.remedies:
             if remedy in tried or remedy in kept:
