@@ -8,6 +8,7 @@ same in the first minute and the tenth hour.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,8 +16,9 @@ from gpudoctor.diagnosis.engine import diagnose
 from gpudoctor.diagnosis.hotspots import Hotspots
 from gpudoctor.diagnosis.ranks import RankMeasure
 from gpudoctor.diagnosis.speed_of_light import SpeedOfLight, speed_of_light
-from gpudoctor.diagnosis.window import percentile
+from gpudoctor.diagnosis.window import Window, percentile
 from gpudoctor.model import Finding, GpuSample, HostSample, JobExit
+from gpudoctor.prescribe.predict import Prediction, first_remedy
 from gpudoctor.redact import redact_argv, redact_text
 from gpudoctor.terminal import OutputLine, TerminalView
 from gpudoctor.timeline import Timeline
@@ -56,6 +58,8 @@ class Snapshot:
     ranks: tuple[RankMeasure, ...] = ()  # a distributed job's ranks, each measured alone
     hotspots: Hotspots | None = None  # the lines of the user's code (py-spy's samples)
     speed_of_light: SpeedOfLight | None = None  # once the probe counted a step's FLOPs
+    # what each finding's first remedy is predicted to buy, by finding id (when known)
+    predictions: dict[str, Prediction] = field(default_factory=dict)
 
     @property
     def running(self) -> bool:
@@ -113,7 +117,15 @@ def take(
         ranks=w.ranks,
         hotspots=w.hotspots,
         speed_of_light=speed_of_light(w) if measured else None,
+        predictions=_predictions(findings, w),
     )
+
+
+def _predictions(findings: tuple[Finding, ...], w: Window) -> dict[str, Prediction]:
+    """Each finding's first remedy's prediction (prescribe/predict.py), when known."""
+    cores = w.host[-1].cores_allowed if w.host else (os.cpu_count() or 1)
+    predicted = {f.id: first_remedy(f, w, cores) for f in findings}
+    return {k: p for k, p in predicted.items() if p is not None}
 
 
 def timeline_span(timeline: Timeline) -> tuple[int, int]:

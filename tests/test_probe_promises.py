@@ -123,7 +123,10 @@ def test_a_stopped_doctor_never_blocks_the_job_and_the_count_stays_exact(tmp_pat
     exact, and the report says what was lost and that the doctor was stalled."""
     script = job(tmp_path)
     out = tmp_path / "out.txt"
-    doctor = start_doctor(tmp_path, PY, str(script), "3000", out=out)
+    # 2 ms a step: the job outlasts ten flushes (four a second), so more datagrams are
+    # sent than the socket queues (net.unix.max_dgram_qlen, 10 by default) whatever the
+    # machine's speed; on a quick quiet machine 3000 bare steps fitted in fewer
+    doctor = start_doctor(tmp_path, PY, str(script), "3000", "0.002", out=out)
     the_job_process = the_job(doctor)
     wait_for_line(out, "step 8 ")
     doctor.send_signal(signal.SIGSTOP)

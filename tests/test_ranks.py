@@ -162,8 +162,10 @@ def test_fsdp_ranks_wait_in_forward_and_the_slow_one_is_named(tmp_path: Path) ->
     assert proc.returncode == 0, proc.stderr[-3000:]
     fast, slow = report["ranks"]
     assert fast["parts_ms"]["forward"] > slow["parts_ms"]["forward"] + 5  # the wait is there
-    # the slow rank waits for nobody: only its backward's noise against the other's
-    assert 6.0 < fast["comm_wait_ms"] < 20.0 and slow["comm_wait_ms"] < 1.0
+    # the slow rank waits for nobody: only its backward's noise against the other's (up
+    # to 1.6 ms on a loaded CI machine), a fraction of what the fast one waits for it
+    assert 6.0 < fast["comm_wait_ms"] < 20.0
+    assert slow["comm_wait_ms"] < fast["comm_wait_ms"] / 4
     assert finding_ids(report)[0] == "straggler"
     evidence = top_finding(report)["evidence"]
     assert evidence.startswith(f"rank 1 (pid {slow['pid']})")

@@ -23,7 +23,6 @@ from gpudoctor.diagnosis.engine import diagnose
 from gpudoctor.jobs import LaunchedJob
 from gpudoctor.model import Finding
 from gpudoctor.prescribe.edits import loader_diff, script_of
-from gpudoctor.prescribe.how import suggested_workers
 from gpudoctor.prescribe.predict import Prediction, predict
 from gpudoctor.prescribe.rerun import NotApplicable, Treatment, plan
 from gpudoctor.prescribe.trial import Arm, Comparison
@@ -155,8 +154,7 @@ def _candidates(
                 if "by hand" in str(exc):  # an edit (not: "already runs 2 workers")
                     edits.setdefault(remedy, str(exc))
                 continue
-            workers = suggested_workers(facts, cores) if remedy == "more-workers" else None
-            out.append((predict(remedy, finding, w, cores, workers), remedy, finding, treatment))
+            out.append((predict(remedy, finding, w, cores), remedy, finding, treatment))
     out.sort(key=lambda c: -c[0].point)
     return out
 

@@ -18,7 +18,6 @@ from gpudoctor.diagnosis.engine import diagnose
 from gpudoctor.diagnosis.remedies import CATALOGUE
 from gpudoctor.diagnosis.window import WARMUP_STEPS
 from gpudoctor.jobs import LaunchedJob
-from gpudoctor.prescribe.how import suggested_workers
 from gpudoctor.prescribe.predict import Prediction, predict
 from gpudoctor.prescribe.rerun import NotApplicable, Treatment, plan
 from gpudoctor.prescribe.trial import TRIAL_WARMUP_STEPS, Arm, Comparison, TrialResult, arm_of
@@ -164,10 +163,7 @@ def prediction_of(timeline: Timeline, treatment: Treatment) -> Prediction | None
     remedy = treatment.applied[0].remedy
     w = timeline.window()
     finding = next((f for f in diagnose(w) if remedy in f.remedies), None)
-    facts = timeline.merged_facts()
-    cores = cores_of(timeline)
-    workers = suggested_workers(facts, cores) if remedy == "more-workers" else None
-    return predict(remedy, finding, w, cores, workers)
+    return predict(remedy, finding, w, cores_of(timeline))
 
 
 def compare(store: Store, baseline: str, treatment: str) -> TrialResult:

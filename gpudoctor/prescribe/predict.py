@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from gpudoctor.diagnosis.window import Window
 from gpudoctor.model import Finding
+from gpudoctor.prescribe.how import suggested_workers
 
 HAND_OFF = 0.75  # a worker's speed against loading in line (see the docstring)
 
@@ -49,12 +50,10 @@ class Prediction:
         return {"low": round(self.low, 3), "high": round(self.high, 3), "basis": self.basis}
 
 
-def predict(
-    remedy: str, finding: Finding | None, w: Window, cores_allowed: int, new_workers: int | None
-) -> Prediction:
+def predict(remedy: str, finding: Finding | None, w: Window, cores_allowed: int) -> Prediction:
     """The prediction for one remedy of a finding (None: applied with no finding)."""
-    if remedy == "more-workers" and new_workers and w.uses_dataloader and w.detailed_steps:
-        return _more_workers(w, cores_allowed, new_workers)
+    if remedy == "more-workers" and w.uses_dataloader and w.detailed_steps:
+        return _more_workers(w, cores_allowed, suggested_workers(w.facts, cores_allowed))
     gain = finding.estimated_gain if finding is not None else None
     if not gain or gain <= 0:
         return Prediction(1.0, 1.0, "no share of the step measured for it", known=False)
@@ -87,3 +86,12 @@ def _more_workers(w: Window, cores: int, workers: int) -> Prediction:
         f"loaders at most, by {min(workers, spare)} at {HAND_OFF:.0%} speed if loading needs "
         "a core each",
     )
+
+
+def first_remedy(finding: Finding, w: Window, cores_allowed: int) -> Prediction | None:
+    """What a finding's first remedy is predicted to buy; None without a remedy or
+    when nothing measured says (the report and the screens show this one)."""
+    if not finding.remedies:
+        return None
+    p = predict(finding.remedies[0], finding, w, cores_allowed)
+    return p if p.known else None

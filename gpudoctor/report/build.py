@@ -13,8 +13,8 @@ from gpudoctor.diagnosis.remedies import CATALOGUE
 from gpudoctor.diagnosis.speed_of_light import speed_of_light
 from gpudoctor.diagnosis.window import Window, percentile
 from gpudoctor.model import Finding
-from gpudoctor.prescribe.how import how, suggested_workers
-from gpudoctor.prescribe.predict import predict
+from gpudoctor.prescribe.how import how
+from gpudoctor.prescribe.predict import first_remedy
 from gpudoctor.probe.clock import MAX_BUFFERED_STEPS
 from gpudoctor.redact import redact_argv, redact_facts, redact_text
 from gpudoctor.report.values import (
@@ -256,13 +256,8 @@ def _doctor_notes(timeline: Timeline) -> list[str]:
 
 def _finding(f: Finding, w: Window, cores: int, lang: str) -> FindingLine:
     facts = w.advice_facts
-    predicted = None
-    if f.remedies:
-        first = f.remedies[0]
-        workers = suggested_workers(facts, cores) if first == "more-workers" else None
-        prediction = predict(first, f, w, cores, workers)
-        if prediction.known:  # else left out: nothing measured says what it buys
-            predicted = {"remedy": first, **prediction.as_dict()}
+    prediction = first_remedy(f, w, cores)  # None: nothing measured says what it buys
+    predicted = {"remedy": f.remedies[0], **prediction.as_dict()} if prediction else None
     return FindingLine(
         id=f.id,
         severity=f.severity,

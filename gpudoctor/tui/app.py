@@ -166,7 +166,8 @@ class DoctorApp(App[JobExit | None]):
         if s is None or finding is None:
             return
         cores = s.host.cores_allowed if s.host else (os.cpu_count() or 1)
-        self.push_screen(FindingScreen(finding, s.facts, cores, self.lang, s.hotspots))
+        predicted = s.predictions.get(finding.id)
+        self.push_screen(FindingScreen(finding, s.facts, cores, self.lang, s.hotspots, predicted))
 
     def action_quit_doctor(self) -> None:
         self.exit(self.job_exit)

@@ -20,6 +20,7 @@ from gpudoctor.diagnosis.ranks import RankMeasure
 from gpudoctor.diagnosis.remedies import CATALOGUE
 from gpudoctor.model import Finding, GpuSample
 from gpudoctor.prescribe.how import fitted_snippet, how
+from gpudoctor.prescribe.predict import Prediction
 from gpudoctor.redact import redact_text
 from gpudoctor.terminal import OutputLine
 from gpudoctor.tui.widgets import styled
@@ -51,9 +52,11 @@ class FindingScreen(Screen[None]):
         cores: int,
         lang: str,
         spots: Hotspots | None = None,
+        predicted: Prediction | None = None,
     ) -> None:
         super().__init__()
         self.finding = finding
+        self.predicted = predicted
         self.spots = spots if finding.id in LINE_FINDINGS else None
         self.facts = facts
         self.cores = cores
@@ -71,12 +74,10 @@ class FindingScreen(Screen[None]):
                 "main thread stand in for step timings).",
                 "italic",
             )
-        if f.estimated_gain:
+        if self.predicted is not None and f.remedies:
             head.append(
-                f"\n\nA fix could save up to {f.estimated_gain:.0%} of step time: the share "
-                "of the step this finding measures. What a fix really buys is bounded by what "
-                "else the step waits for (the cores the loader can use, the GPU's own time); "
-                "t measures it with a trial."
+                f"\n\nPredicted with {f.remedies[0]}: {self.predicted.words()} "
+                f"({self.predicted.basis}). t measures it with a trial."
             )
         if self.spots is not None and self.spots.lines:
             head.append(hotspot_text(self.spots))
