@@ -102,6 +102,8 @@ def test_fix_writes_a_kept_override_as_a_diff_of_the_script(tmp_path: Path) -> N
     assert visit["final_env"]["GPUDOCTOR_OVERRIDES"] == '{"dataloader": {"num_workers": 2}}'
     diff = visit["final_diff"]
     assert "-        num_workers=0,\n+        num_workers=2,\n" in diff, diff
+    # the overrides act with the probe inside the job: the line to use runs it so
+    assert "use: GPUDOCTOR_OVERRIDES='" in proc.stderr and "' gpudoctor run -- " in proc.stderr
     assert "or make the change part of the script:" in proc.stderr
     patched = subprocess.run(
         ["patch", "-p1"], input=diff, cwd=jobs, capture_output=True, text=True, check=True

@@ -42,12 +42,15 @@ class Treatment:
     def env(self) -> dict[str, str]:
         return {ENV_OVERRIDES: json.dumps(self.overrides)} if self.overrides else {}
 
-    def shown(self) -> str:
-        """The command line as it ran (the overrides, when any, as the env variable)."""
+    def shown(self, under_doctor: bool = False) -> str:
+        """The command line as it ran (the overrides, when any, as the env variable);
+        `under_doctor`: as a user types it to run it that way again (the overrides act
+        only with the probe inside the job)."""
         prefix = (
             f"{ENV_OVERRIDES}={shlex.quote(json.dumps(self.overrides))} " if self.overrides else ""
         )
-        return prefix + shlex.join(self.argv)
+        doctor = "gpudoctor run -- " if under_doctor else ""
+        return prefix + doctor + shlex.join(self.argv)
 
 
 class NotApplicable(Exception):

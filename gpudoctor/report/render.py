@@ -322,7 +322,8 @@ def _gib(value: int | None) -> str:
 def fix_text(r: FixResult) -> str:
     """`gpudoctor fix`: the path taken, the command to use, the whole visit's speedup,
     the edits left to make by hand."""
-    lines = ["", f"gpudoctor fix: {len(r.steps)} remedies tried in {r.elapsed_s:.0f} s"]
+    tried = f"{len(r.steps)} {'remedy' if len(r.steps) == 1 else 'remedies'} tried"
+    lines = ["", f"gpudoctor fix: {tried} in {r.elapsed_s:.0f} s"]
     if r.steps:
         rows = [("#", "remedy", "change", "predicted", "measured (95% interval)", "kept")]
         for n, s in enumerate(r.steps, 1):
@@ -344,7 +345,7 @@ def fix_text(r: FixResult) -> str:
     if r.overall is not None:
         lines.append(f"  the whole visit: {speedup_words(r.overall)} (final against the first run)")
         if r.final.overrides:  # the probe's: they act only under the doctor
-            lines.append(f"  use: gpudoctor run -- {redact_text(r.final.shown())}")
+            lines.append(f"  use: {redact_text(r.final.shown(under_doctor=True))}")
             if r.final_diff:
                 lines.append("  or make the change part of the script:")
                 lines += ["    " + line for line in r.final_diff.splitlines()]
