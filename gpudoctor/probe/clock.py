@@ -48,6 +48,8 @@ FULL_STEPS = 20
 SAMPLE_EVERY = 32
 SAMPLE_MAX_GAP_NS = 500_000_000
 
+# A step that is only counted and timed: no split, no batch size (-1: unknown).
+NO_PARTS = (0, 0, 0, 0, 0, 0, -1, 0, 0)
 # The additive parts of a step, in row order after index, end and wall.
 PARTS = ("loader", "outside", "forward", "backward", "optimizer", "forwards")
 
@@ -132,6 +134,8 @@ class StepClock:
 
     def _emit(self, t_end: int, parts: tuple[int, ...]) -> None:
         start = self.last_end if self.last_end is not None else t_end
+        if not self.detail:  # only counted and timed: no split (the FLOP count's step)
+            parts = NO_PARTS
         loader, outside, forward, backward, optimizer, forwards, batch, syncs, pageable = parts
         row = (
             self.index,

@@ -56,10 +56,14 @@ class FlopCount:
         mode.__enter__()
         self.mode = mode
         self.step = steps_done
+        # the counted step (slower under the mode, and this start in its host time) is
+        # timed but not measured in detail: its split stays out of the job's shares
+        agent.clock.detail = 0
 
     def _finish(self, agent: Any) -> None:
         mode, self.mode = self.mode, None
         mode.__exit__(None, None, None)
+        agent.clock.detail = 0  # the next step's host time holds this finish: not in detail
         total = sum(mode.flops.values())
         agent.fact(
             "flops",
