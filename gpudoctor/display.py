@@ -7,7 +7,6 @@ here: the bands are style names the stylesheet and the widgets map to colours.
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Sequence
 
 from gpudoctor.diagnosis.ranks import RankMeasure
@@ -216,17 +215,14 @@ def split_bar(split: dict[str, float], width: int) -> tuple[str, str]:
 RANK_HEADER = "rank  step p50  data wait  own work  comm wait  GPU"
 
 
-def rank_rows(ranks: Sequence[RankMeasure], gpus: Sequence[GpuSample], room: int) -> list[str]:
+def rank_rows(ranks: Sequence[RankMeasure], room: int) -> list[str]:
     """One line a rank (rank, step p50, data wait, own work, comm wait, the GPU util of
     its device), in rank order; more ranks than `room` lines: the slowest by own work,
     one line for those between, and the fastest."""
-    util = {g.index: g.util_gpu_pct for g in gpus}
-    this_host = socket.gethostname()
 
     def row(r: RankMeasure) -> str:
         name = str(r.rank) if r.rank is not None else f"pid {r.pid}"
-        here = r.host in (None, this_host)  # another node's GPUs are not read here
-        device = util.get(r.local_rank) if r.local_rank is not None and here else None
+        device = r.gpu_util_pct  # its node's doctor read it (another node's: sent)
         return (
             f"{name:>4}  {ms(r.median_ms):>8}  {pct(r.data_wait_fraction * 100):>9}  "
             f"{ms(r.own_ms):>8}  {ms(r.comm_wait_ms):>9}  {pct(device):>4}"

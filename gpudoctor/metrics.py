@@ -6,12 +6,18 @@ immutable value: the scrape never touches the timeline the loop is writing).
 
 Names follow Prometheus' conventions (base units, `_seconds`, `_ratio`, `_bytes`) and
 sit beside NVIDIA's DCGM exporter: the GPU series carry the same `gpu` (index) and
-`UUID` labels as DCGM_FI_DEV_GPU_UTIL and DCGM_FI_DEV_FB_USED, so the two join on them.
-The ranks' series carry `rank` and `pid`; a process without a rank is rank "".
+`UUID` and `Hostname` labels as DCGM_FI_DEV_GPU_UTIL and DCGM_FI_DEV_FB_USED, so the two
+join on them. The ranks' series carry `rank`, `pid` and `Hostname` (the rank's node: a
+node's doctor serves the other nodes' ranks too, as their doctors sent them); a process
+without a rank is rank "". `gpudoctor_rank_gpu_info` (value 1) names the GPU each rank
+computes on (diagnosis/devices.py), which joins a rank's series to its GPU's, ours or
+DCGM's: `gpudoctor_step_seconds * on (Hostname, pid) group_left (gpu)
+gpudoctor_rank_gpu_info`.
 """
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 
 from prometheus_client import start_http_server
@@ -63,7 +69,8 @@ class RunCollector(Collector):
 
 
 def _steps(s: Snapshot) -> Iterator[GaugeMetricFamily]:
-    labels = ["rank", "pid"]
+    labels = ["rank", "pid", "Hostname"]
+    here = socket.gethostname()
     step = GaugeMetricFamily(
         "gpudoctor_step_seconds", "Training step time (recent steps)",
         labels=[*labels, "quantile"],
@@ -85,9 +92,18 @@ def _steps(s: Snapshot) -> Iterator[GaugeMetricFamily]:
         "gpudoctor_samples_per_second", "Training samples a second", labels=labels
     )
     steps = GaugeMetricFamily("gpudoctor_steps", "Steps counted so far", labels=labels)
+    gpu = GaugeMetricFamily(
+        "gpudoctor_rank_gpu_info", "The GPU a rank computes on (value 1)",
+        labels=[*labels, "gpu", "UUID"],
+    )  # fmt: skip
+    uuids = {g.index: g.uuid or "" for g in s.gpus}
     if s.ranks:
         for r in s.ranks:
-            key = [str(r.rank) if r.rank is not None else "", str(r.pid)]
+            key = [str(r.rank) if r.rank is not None else "", str(r.pid), r.host or here]
+            if r.gpu_index is not None:
+                # another node's GPU is named by its index there; its UUID is not sent
+                uuid = uuids.get(r.gpu_index, "") if r.host in (None, here) else ""
+                gpu.add_metric([*key, str(r.gpu_index), uuid], 1)
             step.add_metric([*key, "0.5"], r.median_ms / 1e3)
             step.add_metric([*key, "0.9"], r.p90_ms / 1e3)
             wait.add_metric(key, r.data_wait_fraction)
@@ -97,7 +113,7 @@ def _steps(s: Snapshot) -> Iterator[GaugeMetricFamily]:
                 rate.add_metric(key, r.samples_per_s)
             steps.add_metric(key, r.steps)
     elif s.step_p50_ms is not None:
-        key = [str(s.facts.get("rank", "")), str(s.job_pid or "")]
+        key = [str(s.facts.get("rank", "")), str(s.job_pid or ""), here]
         step.add_metric([*key, "0.5"], s.step_p50_ms / 1e3)
         if s.step_p90_ms is not None:
             step.add_metric([*key, "0.9"], s.step_p90_ms / 1e3)
@@ -106,7 +122,7 @@ def _steps(s: Snapshot) -> Iterator[GaugeMetricFamily]:
         if s.samples_per_s is not None:
             rate.add_metric(key, s.samples_per_s)
         steps.add_metric(key, s.steps_total)
-    yield from (step, wait, comm, own, rate, steps)
+    yield from (step, wait, comm, own, rate, steps, gpu)
 
 
 def _speed_of_light(s: Snapshot) -> Iterator[GaugeMetricFamily]:
@@ -114,8 +130,8 @@ def _speed_of_light(s: Snapshot) -> Iterator[GaugeMetricFamily]:
     sol = s.speed_of_light
     if sol is None:
         return
-    labels = ["rank", "pid", "device"]
-    key = [str(s.facts.get("rank", "")), str(s.job_pid or ""), sol.device]
+    labels = ["rank", "pid", "Hostname", "device"]
+    key = [str(s.facts.get("rank", "")), str(s.job_pid or ""), socket.gethostname(), sol.device]
     flops = GaugeMetricFamily(
         "gpudoctor_step_flops", "FLOPs of one training step (counted once)", labels=labels
     )
@@ -139,11 +155,12 @@ def _speed_of_light(s: Snapshot) -> Iterator[GaugeMetricFamily]:
 
 
 def _gpus(s: Snapshot) -> Iterator[GaugeMetricFamily]:
-    labels = ["gpu", "UUID", "modelName"]  # as DCGM's exporter labels its series
+    labels = ["gpu", "UUID", "modelName", "Hostname"]  # as DCGM's exporter labels its series
     util = GaugeMetricFamily("gpudoctor_gpu_utilization_ratio", "GPU utilisation", labels=labels)
     used = GaugeMetricFamily("gpudoctor_gpu_memory_used_bytes", "GPU memory used", labels=labels)
+    here = socket.gethostname()
     for g in s.gpus:
-        key = [str(g.index), g.uuid or "", g.name or ""]
+        key = [str(g.index), g.uuid or "", g.name or "", here]
         if g.util_gpu_pct is not None:
             util.add_metric(key, g.util_gpu_pct / 100)
         if g.mem_used_bytes is not None:

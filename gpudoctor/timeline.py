@@ -53,7 +53,8 @@ class Timeline:
     rollups: dict[int, StepRollup] = field(default_factory=dict)  # every steady step
     step_counts: dict[int, int] = field(default_factory=dict)
     facts: dict[int, dict[str, Any]] = field(default_factory=dict)
-    gauges: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    # the CUDA allocator's gauges (peaks are the run's own: the newest reading keeps them)
+    gauges: deque[tuple[int, dict[str, Any]]] = field(default_factory=_samples)
     ends: dict[int, dict[str, Any]] = field(default_factory=dict)
     probe_errors: list[str] = field(default_factory=list)
     probe_dropped: dict[int, int] = field(default_factory=dict)

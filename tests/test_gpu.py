@@ -82,3 +82,24 @@ def test_speed_of_light_on_gpu_against_the_datasheet(tmp_path: Path) -> None:
     assert "datasheet" in sol["basis"], sol
     assert 0.0005 < sol["mfu"] < 1.0, sol
     assert sol["could_take_ms"] == pytest.approx(sol["mfu"] * sol["step_ms"] / 0.5, rel=0.01)
+
+
+def test_each_rank_is_on_the_gpu_cuda_visible_devices_names(tmp_path: Path) -> None:
+    """Two ranks on the machine's last GPU (CUDA_VISIBLE_DEVICES): the report's ranks
+    name that GPU by its NVML index, not by their local ranks, with its utilisation."""
+    import os
+
+    count = len(NvmlReader().read())
+    last = count - 1
+    report = tmp_path / "ddp.json"
+    torchrun = str(Path(sys.executable).parent / "torchrun")
+    subprocess.run(
+        [sys.executable, "-m", "gpudoctor", "--store", str(tmp_path / "s.db"), "run",
+         "--headless", "--report", str(report), "--", torchrun, "--standalone",
+         "--nproc_per_node", "2", str(ROOT / "sample_jobs" / "ddp_straggler.py"),
+         "--device", "cuda", "--steps", "150"],
+        check=True, timeout=180, env={**os.environ, "CUDA_VISIBLE_DEVICES": str(last)},
+    )  # fmt: skip
+    ranks = json.loads(report.read_text())["ranks"]
+    assert [r["gpu"] for r in ranks] == [last, last], ranks
+    assert all(r["gpu_util_pct"] is not None for r in ranks), ranks

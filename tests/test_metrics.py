@@ -81,6 +81,8 @@ def test_prometheus_scrapes_each_ranks_step_time(tmp_path: Path) -> None:
 
         series = wait_for(two_ranks, timeout=120)
         assert sorted(s["metric"]["rank"] for s in series) == ["0", "1"]
+        # each series says its node, as DCGM's exporter does (they join on it)
+        assert {s["metric"]["Hostname"] for s in series} == {socket.gethostname()}
         assert all(0 < float(s["value"][1]) < 1 for s in series)  # seconds a step
         # the served text parses as Prometheus exposition, with the documented names
         families = {f.name for f in text_string_to_metric_families(get(f"http://127.0.0.1:{port}"))}

@@ -400,7 +400,7 @@ def test_sixty_four_ranks_are_summarised_to_fit_the_screen() -> None:
     from gpudoctor.display import rank_rows
 
     measures = rank_measures(ddp_timeline(64, slow_rank=5).window())
-    rows = rank_rows(measures, (), room=10)
+    rows = rank_rows(measures, room=10)
     assert len(rows) == 10
     assert rows[0].split()[0] == "5"  # the slowest first
     assert "... 55 ranks with own work from" in rows[8]

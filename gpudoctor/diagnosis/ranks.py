@@ -26,6 +26,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from gpudoctor.diagnosis.devices import gpu_of
 from gpudoctor.diagnosis.window import Window, percentile
 from gpudoctor.model import StepRecord
 
@@ -50,6 +51,10 @@ class RankSummary:
     # medians over the steps measured in detail, in ms
     parts_ms: dict[str, float]  # data, host, forward, backward, optimizer
     detailed_median_ms: float  # the median step of those
+    # the GPU it computes on, as its node's NVML numbers it (diagnosis/devices.py), and
+    # that GPU's mean utilisation over the window: sent, since only its node reads it
+    gpu_index: int | None = None
+    gpu_util_pct: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -77,6 +82,8 @@ class RankMeasure:
     own_ms: float  # the step less that wait
     score: float  # own work against the fastest rank's (1.0: the fastest)
     host: str | None = None
+    gpu_index: int | None = None
+    gpu_util_pct: float | None = None
 
 
 def rank_measures(w: Window) -> list[RankMeasure]:
@@ -96,6 +103,7 @@ def rank_summaries(w: Window) -> list[RankSummary]:
         if len(one.steady_steps) < MIN_STEPS:
             continue
         walls = [s.wall_ns / 1e6 for s in one.steady_steps]
+        gpu = gpu_of(facts, pid, w.gpus)
         out.append(
             RankSummary(
                 pid=pid,
@@ -110,6 +118,8 @@ def rank_summaries(w: Window) -> list[RankSummary]:
                 uses_dataloader=one.uses_dataloader,
                 parts_ms=_parts_ms(one.detailed_steps, one.uses_dataloader),
                 detailed_median_ms=statistics.median(s.wall_ns for s in one.detailed_steps) / 1e6,
+                gpu_index=gpu.index if gpu else None,
+                gpu_util_pct=_mean_util(w, gpu.index) if gpu else None,
             )
         )
     return out
@@ -144,6 +154,8 @@ def compare(summaries: list[RankSummary]) -> list[RankMeasure]:
             own_ms=own[key],
             score=own[key] / least,
             host=s.host,
+            gpu_index=s.gpu_index,
+            gpu_util_pct=s.gpu_util_pct,
         )
         for key, s in ranks.items()
     ]
@@ -172,6 +184,11 @@ def _parts_ms(steps: tuple[StepRecord, ...], loader: bool) -> dict[str, float]:
         "backward": median([s.backward_ns for s in steps]),
         "optimizer": median([s.optimizer_ns for s in steps]),
     }
+
+
+def _mean_util(w: Window, index: int) -> float | None:
+    readings = [g.util_gpu_pct for g in w.gpus if g.index == index and g.util_gpu_pct is not None]
+    return statistics.fmean(readings) if readings else None
 
 
 def _int(value: object) -> int | None:

@@ -266,13 +266,21 @@ class Agent:
         try:
             if not torch.cuda.is_initialized():
                 return {}
-            dev = torch.cuda.current_device()
+            # the device the model is on (`model.to("cuda:1")` without set_device), else
+            # the current one
+            device = str(self.facts.get("device") or "")
+            on_model = device.startswith("cuda:") and device[5:].isdigit()
+            dev = int(device[5:]) if on_model else torch.cuda.current_device()
             stats = torch.cuda.memory_stats(dev)
-            if "cuda_total_bytes" not in self.facts:
+            if self.facts.get("cuda_device_index") != dev:
                 props = torch.cuda.get_device_properties(dev)
+                self.fact("cuda_device_index", dev)
                 self.fact("cuda_total_bytes", int(props.total_memory))
                 self.fact("cuda_capability", [int(props.major), int(props.minor)])
                 self.fact("cuda_device_name", str(props.name))
+                uuid = getattr(props, "uuid", None)  # which NVML GPU it is (devices.py)
+                if uuid is not None:
+                    self.fact("cuda_device_uuid", str(uuid))
             return {
                 "t": now(),
                 "allocated": int(stats.get("allocated_bytes.all.current", 0)),

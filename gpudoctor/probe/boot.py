@@ -8,6 +8,7 @@ import contextlib
 import importlib.abc
 import importlib.util
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from .agent import Agent
@@ -63,6 +64,34 @@ def install(agent: Agent) -> None:
         sys.meta_path.insert(0, TorchWatcher(agent))
 
 
+# Where launchers put a process's rank, its rank on its node and the world's size:
+# torchrun and torch.distributed.launch; Slurm's srun (one task a process); Open MPI's
+# and MPICH's (Hydra/PMI) mpirun.
+_LAUNCHERS = (
+    ("RANK", "LOCAL_RANK", "WORLD_SIZE"),
+    ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS"),
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE"),
+    ("PMI_RANK", "MPI_LOCALRANKID", "PMI_SIZE"),
+)
+
+
+def launcher_ranks(environ: Mapping[str, str]) -> dict[str, str]:
+    """rank, local_rank and world_size as the first launcher that set them says. Slurm
+    and MPI set theirs in a one-process job too (an sbatch script's single task): a
+    world of one is no distributed job, and torchrun started under them sets its own."""
+    for rank, local, size in _LAUNCHERS:
+        if rank not in environ:
+            continue
+        if rank != "RANK" and environ.get(size, "1").strip() in ("", "0", "1"):
+            continue
+        out = {"rank": environ[rank]}
+        for key, name in ((local, "local_rank"), (size, "world_size")):
+            if key in environ:
+                out[name] = environ[key]
+        return out
+    return {}
+
+
 def install_torch(agent: Agent, torch: Any) -> None:
     """The torch hook groups, each on its own: one that cannot install is left out and
     said so; the others work."""
@@ -81,9 +110,10 @@ def install_torch(agent: Agent, torch: Any) -> None:
     agent.fact("torch_cuda_build", getattr(torch.version, "cuda", None))
     agent.fact("argv", list(sys.argv))
     agent.fact("python", sys.executable)
-    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
-        if key in os.environ:
-            agent.fact(key.lower(), os.environ[key])
+    for key, value in launcher_ranks(os.environ).items():
+        agent.fact(key, value)
+    if "CUDA_VISIBLE_DEVICES" in os.environ:  # which GPUs `cuda:N` means (devices.py)
+        agent.fact("cuda_visible_devices", os.environ["CUDA_VISIBLE_DEVICES"])
     if not FRAMES_DROPPED:
         agent.limit(
             "Python < 3.11: a traceback through a call the probe times shows one frame of it"

@@ -65,6 +65,7 @@ AUDIT_KEYS = (
     "input_shapes",
     "script_options",
     "cuda_total_bytes",
+    "cuda_visible_devices",
 )
 
 
@@ -170,6 +171,8 @@ def _rank(m: RankMeasure, count: int) -> RankLine:
         own_ms=round(m.own_ms, 3),
         comm_wait_ms=round(m.comm_wait_ms, 3),
         score=round(m.score, 3),
+        gpu=m.gpu_index,
+        gpu_util_pct=round(m.gpu_util_pct, 1) if m.gpu_util_pct is not None else None,
     )
 
 

@@ -233,6 +233,8 @@ class RankLine:
     own_ms: float
     comm_wait_ms: float
     score: float
+    gpu: int | None = None  # the GPU it computes on, by its host's NVML index
+    gpu_util_pct: float | None = None  # that GPU's mean utilisation
 
     def to_dict(self) -> dict[str, Json]:
         return {
@@ -245,6 +247,8 @@ class RankLine:
             "own_ms": self.own_ms,
             "comm_wait_ms": self.comm_wait_ms,
             "score": self.score,
+            "gpu": self.gpu,
+            "gpu_util_pct": self.gpu_util_pct,
         }
 
 

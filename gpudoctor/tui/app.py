@@ -148,7 +148,7 @@ class DoctorApp(App[JobExit | None]):
 
     def action_ranks(self) -> None:
         s = self.snapshot
-        self.push_screen(RanksScreen(s.ranks if s else (), s.gpus if s else ()))
+        self.push_screen(RanksScreen(s.ranks if s else ()))
 
     def action_open_finding(self) -> None:
         panel = self.query_one(FindingsPanel)

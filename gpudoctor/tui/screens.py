@@ -18,7 +18,7 @@ from gpudoctor import display, guide
 from gpudoctor.diagnosis.hotspots import Hotspots
 from gpudoctor.diagnosis.ranks import RankMeasure
 from gpudoctor.diagnosis.remedies import CATALOGUE
-from gpudoctor.model import Finding, GpuSample
+from gpudoctor.model import Finding
 from gpudoctor.prescribe.how import fitted_snippet, how
 from gpudoctor.prescribe.predict import Prediction
 from gpudoctor.redact import redact_text
@@ -215,17 +215,16 @@ class RanksScreen(Screen[None]):
 
     BINDINGS = [Binding("escape,q,r", "app.pop_screen", "Back")]
 
-    def __init__(self, ranks: tuple[RankMeasure, ...], gpus: tuple[GpuSample, ...]) -> None:
+    def __init__(self, ranks: tuple[RankMeasure, ...]) -> None:
         super().__init__()
         self.ranks = ranks
-        self.gpus = gpus
 
     def compose(self) -> ComposeResult:
         if not self.ranks:
             body = Text("one process: no ranks to compare (a distributed job shows each here)")
         else:
             room = max(3, (self.app.size.height or 24) - 6)
-            lines = [display.RANK_HEADER, *display.rank_rows(self.ranks, self.gpus, room)]
+            lines = [display.RANK_HEADER, *display.rank_rows(self.ranks, room)]
             body = Text("\n".join(lines))
         with Vertical(id="ranks-box"):
             yield Static(Text(f"ranks ({len(self.ranks)})", "bold"))
