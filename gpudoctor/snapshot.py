@@ -82,7 +82,7 @@ def take(
             history.setdefault(g.index, []).append(float(g.util_gpu_pct))
     steps = w.steady_steps
     walls = [s.wall_ns / 1e6 for s in steps]
-    measured = bool(steps) or w.estimated
+    measured = bool(steps) or w.estimated or w.rollup is not None
     findings = tuple(diagnose(w)) if steps or w.host or w.exit else ()
     if until_ns is None:
         now, elapsed = timeline.last_reading_ns(), timeline.duration_s()
@@ -100,7 +100,9 @@ def take(
         host=w.host[-1] if w.host else None,
         steps_total=w.total_steps,
         step_p50_ms=w.step_median_ms if walls or w.steps_per_s else None,
-        step_p90_ms=percentile(walls, 90) if walls else None,
+        step_p90_ms=(
+            percentile(walls, 90) if walls else w.rollup.quantile_ms(0.9) if w.rollup else None
+        ),
         step_history_ms=tuple(walls[-HISTORY_POINTS:]),
         steps_per_s=w.steps_per_s,
         samples_per_s=w.samples_per_s,

@@ -20,6 +20,7 @@ from typing import Any
 
 import psutil
 
+from gpudoctor.compaction import KINDS, PASS_RECORDS, Compactor, apply_rollup
 from gpudoctor.diagnosis.ranks import RankSummary
 from gpudoctor.model import (
     CpuPeak,
@@ -70,9 +71,11 @@ FINISH_TRIES_S = 5.0
 # Columns added since the first stores: added to an older store when it is opened.
 ADDED_COLUMNS = {"doctor_pid": "INTEGER", "output_path": "TEXT"}
 # The store's layout, in SQLite's user_version: 0 a store from before it was numbered
-# (brought up to date by adding ADDED_COLUMNS), 1 this layout. A store numbered higher
-# was written by a newer gpudoctor: it is not touched, and says so in one line.
-SCHEMA_VERSION = 1
+# (brought up to date by adding ADDED_COLUMNS), 1 numbered, 2 its sessions may hold
+# compacted records (`rollup`, compaction.py), which a gpudoctor reading up to 1 would
+# silently leave out of its counts. A store numbered higher was written by a newer
+# gpudoctor: it is not touched, and says so in one line.
+SCHEMA_VERSION = 2
 
 
 class StoreError(Exception):
@@ -183,6 +186,7 @@ class Store:
                     except sqlite3.OperationalError as exc:  # another doctor added it first
                         if "duplicate column" not in str(exc):
                             raise
+        if version < SCHEMA_VERSION:  # 1 -> 2: the same tables, rollups may come
             self.db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     # -- writing ---------------------------------------------------------------------------
@@ -362,7 +366,11 @@ class Store:
                 "SELECT id, kind, data FROM records WHERE session_id=? AND id>? ORDER BY id",
                 (session_id, after_id),
             ):
-                apply_record(timeline, kind, json.loads(data))
+                record = json.loads(data)
+                # a rollup of records this timeline read already, as rows (a follower
+                # of a live session that was compacted since): counted once
+                if kind != "rollup" or record.get("first_id", after_id + 1) > after_id:
+                    apply_record(timeline, kind, record)
                 last = record_id
             end_ns, exit_json = self.db.execute(
                 "SELECT end_mono_ns, exit_json FROM sessions WHERE id=?", (session_id,)
@@ -393,6 +401,37 @@ class Store:
             with contextlib.suppress(sqlite3.Error):
                 self.db.execute("VACUUM")
         return len(ids), records
+
+    def compact(self, session_id: int, before_ns: int, compactor: Compactor) -> int:
+        """The next records of the session read into compaction.py's slot in progress,
+        the slot written once it is whole and older than `before_ns`; the records read
+        (0: nothing to do now). A slot that cannot be written (locked, full) is read
+        again at the next call."""
+        try:
+            records = self.db.execute(
+                "SELECT id, kind, t_mono_ns, data FROM records WHERE session_id=? AND id>?"
+                f" AND kind IN {KINDS} ORDER BY id LIMIT ?",
+                (session_id, compactor.read_id, PASS_RECORDS),
+            ).fetchall()
+            before = compactor.read_id
+            plan = compactor.read(records, before_ns)
+            if plan is not None:
+                with self.db:
+                    self.db.executemany(
+                        "DELETE FROM records WHERE id=?", [(i,) for i in plan.delete]
+                    )
+                    self.db.executemany("UPDATE records SET data=? WHERE id=?", plan.rewrite)
+                    self.db.executemany(
+                        "INSERT INTO records (session_id, kind, t_mono_ns, data)"
+                        " VALUES (?, ?, ?, ?)",
+                        [(session_id, *added) for added in plan.add],
+                    )
+                compactor.written()
+                return len(records)
+        except sqlite3.Error:
+            compactor.restart()
+            return 0
+        return 0 if compactor.read_id == before else len(records)
 
     def counted_steps(self, session_id: int) -> int | None:
         """An unfinished session's steps so far (its processes' counter pages), or None
@@ -460,6 +499,9 @@ def apply_record(timeline: Timeline, kind: str, data: Any) -> None:
             timeline.remote_ranks[str(data["node"])] = tuple(
                 RankSummary.from_dict(r) for r in data["ranks"]
             )
+    elif kind == "rollup":  # an old stretch of steps, compacted (compaction.py)
+        with contextlib.suppress(KeyError, TypeError, ValueError):
+            timeline.ingest_rollup(*apply_rollup(data))
     elif kind == "cpu_peak":
         with contextlib.suppress(KeyError, TypeError, ValueError):
             timeline.cpu_peak = CpuPeak.from_dict(data)

@@ -41,6 +41,13 @@ def _samples() -> deque[Any]:
     return deque(maxlen=MAX_SAMPLES_KEPT)
 
 
+def step_of(pid: int, row: list[Any]) -> StepRecord:
+    """A step row as the probe sends it (protocol.STEP_FIELDS), as a record."""
+    if row[BATCH] < 0:  # unknown (every counted step): None, set in the row itself,
+        row[BATCH] = None  # which costs a fraction of _replace
+    return StepRecord(pid, *row)
+
+
 @dataclass
 class Timeline:
     command: list[str]
@@ -51,6 +58,9 @@ class Timeline:
     gpus: deque[GpuSample] = field(default_factory=_samples)
     steps: dict[int, deque[StepRecord]] = field(default_factory=dict)
     rollups: dict[int, StepRollup] = field(default_factory=dict)  # every steady step
+    # a compacted session's old stretches (end, rows, rollup), by process: a replay
+    # of those times shows their steps from these (its rows are gone from the store)
+    slots: dict[int, list[tuple[int, int, StepRollup]]] = field(default_factory=dict)
     step_counts: dict[int, int] = field(default_factory=dict)
     facts: dict[int, dict[str, Any]] = field(default_factory=dict)
     # the CUDA allocator's gauges (peaks are the run's own: the newest reading keeps them)
@@ -102,9 +112,7 @@ class Timeline:
             self.step_counts[pid] = self.step_counts.get(pid, 0) + len(rows)
             append, roll = steps.append, self.rollups[pid].add
             for row in rows:
-                if row[BATCH] < 0:  # unknown (every counted step): None, set in the row
-                    row[BATCH] = None  # itself, which costs a fraction of _replace
-                step = StepRecord(pid, *row)
+                step = step_of(pid, row)
                 append(step)
                 if step.number >= WARMUP_STEPS:
                     roll(step)
@@ -123,6 +131,16 @@ class Timeline:
                 self.page_steps[pid] = count
         if "end" in message:
             self.ends[pid] = message["end"]
+
+    def ingest_rollup(self, pid: int, rows: int, rollup: StepRollup, t_mono_ns: int) -> None:
+        """An old stretch of a process's steps, as the store keeps it once compacted
+        (compaction.py): counted and rolled up, its rows gone; kept by its end for a
+        replay of that time."""
+        if pid not in self.steps:
+            self._new_process(pid)
+        self.step_counts[pid] = self.step_counts.get(pid, 0) + rows
+        self.rollups[pid].merge(rollup)
+        self.slots.setdefault(pid, []).append((t_mono_ns, rows, rollup))
 
     def _new_process(self, pid: int) -> deque[StepRecord]:
         """A stepping process's rows and rollup; every process's rows get an even share
@@ -236,10 +254,18 @@ class Timeline:
         stacks = _recent(self.stacks, max_samples, until_ns, _chunk_end)
         lines = _recent(self.hotspots, max_samples, until_ns, _chunk_end)
         job_pids = {p.pid for h in host for p in h.job} | set(self.facts) | set(self.steps)
+        rollup = (
+            self.rollups.get(main)
+            if main is not None and max_steps is None and until_ns is None and self.rolled_up(main)
+            else None
+        )
         if until_ns is None:
             step_count = self.total_steps()
         else:
             step_count = main_steps[-1].number + 1 if main_steps else 0
+            slots = [s for s in self.slots.get(main, ()) if s[0] <= until_ns] if main else []
+            if slots and not main_steps:  # a replay of a compacted stretch: its slot's
+                rollup, step_count = slots[-1][2], sum(s[1] for s in slots)  # steps
         return Window(
             steps=main_steps,
             step_count=step_count,
@@ -255,14 +281,7 @@ class Timeline:
             start_mono_ns=self.start_mono_ns,
             stacks=stacks,
             hotspot_chunks=lines,
-            rollup=(
-                self.rollups.get(main)
-                if main is not None
-                and max_steps is None
-                and until_ns is None
-                and self.rolled_up(main)
-                else None
-            ),
+            rollup=rollup,
             hostname=self.hostname,
             remote_ranks=tuple(r for ranks in self.remote_ranks.values() for r in ranks),
             cpu_peak=self.cpu_peak,

@@ -4,12 +4,26 @@ report of a long run says what the rows of every step would have said."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
 import random
+import sqlite3
 import statistics
+import subprocess
+from pathlib import Path
 
+import pytest
+from conftest import PY, ROOT
+
+from gpudoctor import compaction
+from gpudoctor.compaction import Compactor
 from gpudoctor.diagnosis.rollup import QUANTILE_ERROR
 from gpudoctor.diagnosis.window import WARMUP_STEPS, percentile
 from gpudoctor.report.build import build
+from gpudoctor.snapshot import take
+from gpudoctor.sources.host import HostReader
+from gpudoctor.store import Store, encode
 from gpudoctor.timeline import MAX_STEP_ROWS, MIN_STEP_ROWS, Timeline
 
 RANKS = 8
@@ -76,3 +90,176 @@ def test_a_short_run_keeps_every_row_and_reads_as_before() -> None:
     assert timeline.window().rollup is None  # the rows themselves give the measures
     walls = [r.wall_ns / 1e6 for r in timeline.steps[BASE_PID] if r.number >= WARMUP_STEPS]
     assert build(timeline, 1).steps.median_ms == round(statistics.median(walls), 3)
+
+
+# -- the store: older records compacted (compaction.py) ------------------------------------
+
+
+def record_a_run(store: Store, ranks: int, steps: int) -> tuple[int, int]:
+    """A run as the doctor records it: probe messages of 400 rows per rank (10 ms steps,
+    first half twice as slow), a host reading and two GPUs' each second (a real
+    reading of this machine, and the H200 recording's), counter pages. (session, end)"""
+    from test_devices import eight_gpus
+
+    rng = random.Random(11)
+    timeline = Timeline(["python", "train.py"], 0.0, 0)
+    session = store.create_session(timeline, "/tmp")
+    host = HostReader().read()
+    gpus = eight_gpus()[:2]
+    for start in range(0, steps, 400):
+        for rank in range(ranks):
+            batch = rows(rank, start, 400, rng)
+            t = batch[-1][1]
+            # as the probe sends it: its version, sequence and cumulative counts, the
+            # CUDA allocator's gauges
+            message = {"v": "1.1", "pid": BASE_PID + rank, "seq": start // 400, "steps": batch,
+                       "counts": {"steps": start + 400, "rows": start + 400, "dropped": 0},
+                       "gauges": {"t": t, "peak_reserved": 2**30, "alloc_retries": 0}}  # fmt: skip
+            if start == 0:
+                message["facts"] = {"rank": rank}
+            store.add_raw(session, "probe", t, json.dumps(message))
+            store.add(session, "page", t, {"pid": BASE_PID + rank, "steps": start + 400})
+        for second in range(4):  # 400 steps of 10 ms: four seconds
+            t = 10**9 + (start * 10_000_000) + second * 10**9
+            store.add(session, "host", t, encode(dataclasses.replace(host, t_mono_ns=t)))
+            store.add(
+                session, "gpu", t, [encode(dataclasses.replace(g, t_mono_ns=t)) for g in gpus]
+            )
+        store.commit()
+    return session, 10**9 + steps * 10_000_000
+
+
+def compact_all(store: Store, session: int, before_ns: int) -> None:
+    """Reads until nothing is left to do, as the live doctor does over its ticks."""
+    compactor = Compactor()
+    while store.compact(session, before_ns, compactor):
+        pass
+
+
+def kinds(store: Store, session: int) -> dict[str, tuple[int, int]]:
+    """Records of each kind: (count, bytes)."""
+    return {
+        kind: (n, size)
+        for kind, n, size in store.db.execute(
+            "SELECT kind, COUNT(*), SUM(LENGTH(data)) FROM records WHERE session_id=?"
+            " GROUP BY kind",
+            (session,),
+        )
+    }
+
+
+def test_a_compacted_store_gives_the_report_of_every_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    slot = 10  # seconds of record time compacted together (600 in a real run)
+    monkeypatch.setattr(compaction, "SLOT_S", float(slot))
+    store = Store(tmp_path / "s.db")
+    session, end = record_a_run(store, ranks=4, steps=20_000)  # 200 s
+    whole = build(store.load(session), session)
+    before = kinds(store, session)
+    follower = store.load(session)  # a doctor that followed the run live, as rows
+    follower_at = store.db.execute("SELECT MAX(id) FROM records").fetchone()[0]
+
+    cutoff = end - 60 * 10**9  # the last minute kept whole
+    compact_all(store, session, cutoff)
+    after = kinds(store, session)
+    compacted = store.load(session)
+    report = build(compacted, session)
+
+    # counts exact, measures within the histogram's error, the same findings
+    assert compacted.counted_steps() == {BASE_PID + r: 20_000 for r in range(4)}
+    s, w = report.steps, whole.steps
+    assert (s.count, s.steady_count) == (w.count, w.steady_count) == (20_000, 20_000 - WARMUP_STEPS)
+    assert s.median_ms is not None and w.median_ms is not None
+    assert s.p90_ms is not None and w.p90_ms is not None
+    assert abs(s.median_ms - w.median_ms) <= QUANTILE_ERROR * w.median_ms + 0.01
+    assert abs(s.p90_ms - w.p90_ms) <= QUANTILE_ERROR * w.p90_ms + 0.01
+    assert s.data_wait_fraction == w.data_wait_fraction
+    assert [f.id for f in report.findings] == [f.id for f in whole.findings]
+    assert [r.rank for r in report.ranks] == [0, 1, 2, 3]  # from the recent rows
+    # whole slots before the cutoff are rolled up, one record a rank a slot; the rows
+    # after the last whole slot are kept
+    kept = compacted.steps[BASE_PID]
+    assert kept[0].t_end_mono_ns >= cutoff - slot * 10**9 and len(kept) >= 6_000
+    rolled_slots = (cutoff - 10**9) // (slot * 10**9)  # the run's records start at 1 s
+    assert after["rollup"][0] == 4 * rolled_slots
+    # readings thinned to one a minute before the cutoff, whole after it
+    times = [h.t_mono_ns for h in compacted.host]
+    old = [t for t in times if t < cutoff - slot * 10**9]
+    assert len(old) == len({t // (60 * 10**9) for t in old}) <= 3
+    assert len([t for t in times if t >= cutoff]) >= 59
+    assert after["host"][0] == after["gpu"][0] == len(times) < before["host"][0] / 2
+    assert after["probe"][1] < before["probe"][1] / 3
+    # old probe messages: no rows, no routine keys; each rank's gauges and cumulative
+    # counts in its last message of a slot; the facts kept
+    old_messages = [
+        (t // (slot * 10**9), json.loads(d))
+        for t, d in store.db.execute(
+            "SELECT t_mono_ns, data FROM records WHERE kind='probe' AND t_mono_ns<?",
+            (cutoff - slot * 10**9,),
+        )
+    ]
+    assert not any("steps" in m or "seq" in m or "v" in m for _, m in old_messages)
+    gauges = [n for n, m in old_messages if m["pid"] == BASE_PID and "gauges" in m]
+    counts = [n for n, m in old_messages if m["pid"] == BASE_PID and "counts" in m]
+    assert gauges == counts == sorted(set(gauges)) and len(gauges) >= rolled_slots - 1
+    assert sum("facts" in m for _, m in old_messages) == 4
+    # a rank's cumulative counter pages: its last of each slot
+    pages = [
+        (json.loads(d)["pid"], t // (slot * 10**9))
+        for t, d in store.db.execute(
+            "SELECT t_mono_ns, data FROM records WHERE kind='page' AND t_mono_ns<?",
+            (cutoff - slot * 10**9,),
+        )
+    ]
+    assert len(pages) == len(set(pages)) and len(pages) < before["page"][0] / 2
+
+    # a replay of the compacted stretch shows its slot's steps (~20 ms each)
+    for at_s, count, median in ((50, 4_900, 20.0), (120, 11_900, 20.0)):
+        shown = take(compacted, until_ns=at_s * 10**9)
+        assert shown.steps_total is not None and abs(shown.steps_total - count) <= slot * 100
+        assert shown.step_p50_ms is not None and 0.9 * median < shown.step_p50_ms < 1.1 * median
+        assert shown.data_wait_fraction == pytest.approx(1 / 3, abs=0.01)
+
+    # compacting again changes nothing; a follower that read the rows counts them once
+    compact_all(store, session, cutoff)
+    assert kinds(store, session) == after
+    assert build(store.load(session), session).steps == report.steps
+    store.follow(session, follower, follower_at)
+    assert follower.counted_steps() == compacted.counted_steps()
+    assert build(follower, session).steps.count == 20_000
+    store.close()
+
+
+def test_the_live_doctor_compacts_its_session_and_the_report_stays(tmp_path: Path) -> None:
+    """A fast-step job under the real doctor, told to keep 3 s whole and compact every
+    second, a second of records at a time: its store holds rollups and the report rebuilt from it is the report the
+    run wrote from memory."""
+    db, report = tmp_path / "s.db", tmp_path / "run.json"
+    env = {**os.environ, "GPUDOCTOR_KEEP_WHOLE_S": "3", "GPUDOCTOR_COMPACT_EVERY_S": "1",
+           "GPUDOCTOR_SLOT_S": "1"}  # fmt: skip
+    job = [PY, str(ROOT / "bench" / "loop_job.py"), "--hidden", "16", "--batch-size", "4",
+           "--steps", "40000"]  # fmt: skip
+    run = subprocess.run(
+        [PY, "-m", "gpudoctor", "--store", str(db), "run", "--headless", "--report",
+         str(report), "--", *job],
+        capture_output=True, text=True, env=env, timeout=180,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    live = json.loads(report.read_text())["steps"]
+    again = subprocess.run(
+        [PY, "-m", "gpudoctor", "report", "--store", str(db), "--format", "json", "last"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    stored = json.loads(again.stdout)["steps"]
+    with sqlite3.connect(db) as con:
+        rolled = con.execute("SELECT SUM(json_extract(data, '$.rows')) FROM records"
+                             " WHERE kind='rollup'").fetchone()[0]  # fmt: skip
+    assert rolled and rolled > live["count"] / 4, (rolled, live["count"])
+    assert stored["count"] == live["count"] and stored["steady_count"] == live["steady_count"]
+    assert (
+        abs(stored["median_ms"] - live["median_ms"]) <= QUANTILE_ERROR * live["median_ms"] + 0.001
+    )
+    assert abs(stored["p90_ms"] - live["p90_ms"]) <= QUANTILE_ERROR * live["p90_ms"] + 0.001
+    assert stored["data_wait_fraction"] == live["data_wait_fraction"]

@@ -157,6 +157,24 @@ def test_a_store_from_before_live_sessions_opens_and_lists(tmp_path: Path) -> No
         assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
 
+def test_a_numbered_store_from_before_compaction_opens_and_reads_as_rows(tmp_path: Path) -> None:
+    """Layout 1 (before compacted sessions) is brought to 2 and its sessions read whole."""
+    path = tmp_path / "one.db"
+    store = Store(path)
+    sid = store.create_session(Timeline(["python", "train.py"], 1.8e9, 0), "/work", 5)
+    rows = [[i, 10**9 + i, 10**7, 0, 0, 0, 0, 0, 0, -1, 0, 0, 0] for i in range(40)]
+    store.add(sid, "probe", 1, {"pid": 5, "steps": rows})
+    store.close()
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.execute("PRAGMA user_version=1")
+        db.commit()
+    store = Store(path)
+    assert store.load(sid).counted_steps() == {5: 40}
+    store.close()
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+
+
 def test_a_store_from_a_newer_gpudoctor_is_left_untouched_with_one_line(tmp_path: Path) -> None:
     path = tmp_path / "newer.db"
     Store(path).close()

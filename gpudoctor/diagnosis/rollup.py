@@ -9,8 +9,10 @@ exact: the data wait and the split of a rolled-up run are the same as from its r
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpudoctor.model import StepRecord
 
@@ -53,6 +55,29 @@ class StepRollup:
             if s.batch_size:
                 self.batch_sum += s.batch_size
                 self.batch_steps += 1
+
+    def merge(self, other: StepRollup) -> None:
+        """Another stretch of the same process's steps added in (the store keeps an old
+        stretch of a long run as its rollup: store.py, compaction.py)."""
+        for f in dataclasses.fields(self):
+            if f.name != "buckets":
+                setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+        for bucket, n in other.buckets.items():
+            self.buckets[bucket] = self.buckets.get(bucket, 0) + n
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["buckets"] = {str(k): v for k, v in self.buckets.items()}  # JSON's keys
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> StepRollup:
+        """ValueError/TypeError/KeyError when malformed."""
+        rollup = cls(buckets={int(k): int(v) for k, v in d["buckets"].items()})
+        for f in dataclasses.fields(cls):
+            if f.name != "buckets" and f.name in d:
+                setattr(rollup, f.name, int(d[f.name]))
+        return rollup
 
     def quantile_ms(self, q: float) -> float:
         """The step time at quantile q (0..1), within QUANTILE_ERROR of the true one

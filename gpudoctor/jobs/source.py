@@ -18,6 +18,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from gpudoctor.compaction import COMPACT_EVERY_S, KEEP_WHOLE_S, Compactor
 from gpudoctor.model import EndedBy, GpuSample, HostSample, JobExit
 from gpudoctor.processes import ProcessLister
 from gpudoctor.sources.host import HostReader
@@ -32,6 +33,8 @@ POLL_S = 0.1
 # (stopped, starved of CPU, swapped out) and says so in the report. The loop wakes at
 # least once an interval; a second late is far beyond the scheduler's own jitter.
 STALL_S = 1.0
+# The most one tick spends compacting the store (the rest waits for the next tick).
+COMPACT_BUDGET_S = 0.1
 
 
 class JobSource(Protocol):
@@ -120,6 +123,8 @@ class Recorder(ABC):
         self.session_id: int | None = None
         self.host: HostReader | None = None
         self.names = GpuProcessNames()
+        self.compactor = Compactor()
+        self._compacted = time.monotonic()
 
     @property
     @abstractmethod
@@ -212,6 +217,8 @@ class Recorder(ABC):
         self.store.commit()
         trouble, now = self.store.trouble, time.monotonic_ns()
         self.timeline.store_lost = self.store.lost
+        if trouble is None and time.monotonic() - self._compacted >= COMPACT_EVERY_S:
+            self._compact()
         if trouble is not None and before is None:
             self.timeline.store_outages.append((now, None, trouble))
         elif trouble is None and before is not None and self.timeline.store_outages:
@@ -219,6 +226,18 @@ class Recorder(ABC):
             self.timeline.store_outages[-1] = (since, now, why)
             record = {"from": since, "to": now, "why": why, "lost": self.store.lost}
             self.store.add(self.session_id, "store", now, record)
+
+    def _compact(self) -> None:
+        """The session's records older than KEEP_WHOLE_S made compact (compaction.py),
+        a few passes at a time: a tick is not held for more than COMPACT_BUDGET_S."""
+        assert self.session_id is not None
+        self._compacted = time.monotonic()
+        before = time.monotonic_ns() - int(KEEP_WHOLE_S * 1e9)
+        deadline = self._compacted + COMPACT_BUDGET_S
+        while self.store.compact(self.session_id, before, self.compactor):
+            if time.monotonic() >= deadline:
+                self._compacted -= COMPACT_EVERY_S  # more at the next tick
+                break
 
     def detach(self) -> None:
         """Leave the job running: the loop ends at its next turn (thread-safe)."""

@@ -1,0 +1,72 @@
+"""A real fast-step job under the real doctor for minutes (issue 14): the doctor's RSS
+over the run, the store's size, and the report rebuilt from the (compacted) store
+against the report the run wrote from memory.
+
+    python bench/real_long_run.py [--steps 1800000] [--every 10]
+
+The job is bench/loop_job.py (hidden 16, batch 4: a few thousand steps a second); the
+doctor is `gpudoctor run --headless --report` with its defaults (records older than
+10 minutes compacted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=1_800_000)
+    p.add_argument("--every", type=float, default=10.0, help="seconds between RSS readings")
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        db, report = Path(folder) / "s.db", Path(folder) / "run.json"
+        job = [sys.executable, str(ROOT / "bench" / "loop_job.py"), "--hidden", "16",
+               "--batch-size", "4", "--steps", str(args.steps)]  # fmt: skip
+        start = time.monotonic()
+        doctor = subprocess.Popen(
+            [sys.executable, "-m", "gpudoctor", "--store", str(db), "run", "--headless",
+             "--report", str(report), "--", *job],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        me = psutil.Process(doctor.pid)
+        readings: list[tuple[float, float]] = []
+        while doctor.poll() is None:
+            try:
+                readings.append((time.monotonic() - start, me.memory_info().rss / 1e6))
+            except psutil.Error:
+                break
+            time.sleep(args.every)
+        _, err = doctor.communicate()
+        assert doctor.returncode == 0, err
+        took = time.monotonic() - start
+        live = json.loads(report.read_text())["steps"]
+        t = time.monotonic()
+        again = subprocess.run(
+            [sys.executable, "-m", "gpudoctor", "report", "--store", str(db), "--format",
+             "json", "last"],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        report_s = time.monotonic() - t
+        stored = json.loads(again.stdout)["steps"]
+        size = sum(f.stat().st_size for f in Path(folder).glob("s.db*"))
+    print(f"real long run: {live['count']:,} steps in {took:.0f} s under the doctor")
+    marks = [r for r in readings if r[0] >= 30][:: max(1, int(60 / args.every))]
+    print("  doctor RSS: " + ", ".join(f"{rss:.0f} MB at {s / 60:.0f} min" for s, rss in marks))
+    print(f"  store: {size / 1e6:.0f} MB; `gpudoctor report` from it: {report_s:.1f} s")
+    for key in ("count", "steady_count", "median_ms", "p90_ms", "data_wait_fraction"):
+        print(f"  {key}: from memory {live[key]}, from the store {stored[key]}")
+
+
+if __name__ == "__main__":
+    main()

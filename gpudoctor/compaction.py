@@ -1,0 +1,211 @@
+"""A long run's older records made compact in the store (issue 14): a week on 8 ranks
+under 1 GB, a report of it in seconds.
+
+Every step row costs about 56 bytes in the store: at 100 steps/s on 8 ranks that is
+3.9 GB a day. Host and GPU readings cost 0.5 KB and 0.5 KB a GPU each second: on an
+8-GPU node another 2.7 GB a week; the probe's routine keys (sequence, cumulative
+counts, allocator gauges, four messages a second a rank) 1.7 GB more. So records older
+than KEEP_WHOLE_S are compacted a SLOT_S of record time at a time:
+- the slot's step rows of each process become one `rollup` record (diagnosis/rollup.py:
+  the count, exact sums of each part of a step, a histogram of step times in 2%
+  buckets): the report's count, data wait and split stay exact, its median and p90
+  within the histogram's 1%;
+- a probe message keeps what is not routine (facts, errors, the end); the cumulative
+  counts and the allocator's gauges (its peak is the run's own) stay in each process's
+  last message of the slot; a message left with nothing is deleted;
+- host and GPU readings are thinned to the first of each SAMPLE_EVERY_S (the timeline
+  keeps 21,600 readings in memory whatever the store holds; the report's GPU figures
+  are means), counter pages (cumulative) to each process's last of the slot;
+- everything else (facts, findings, ends, exceptions, profiles, stalls...) is kept.
+The recent ten minutes stay whole: the live screens and the rules read the recent
+steps (the timeline keeps up to 15,000 rows a rank for 8 ranks in memory: two and a half
+minutes at 100 steps/s), and a replay of them sees every row. A report loads what the
+store holds, so what is kept whole also bounds the report's time.
+bench/store_week.py measures a week's store and the commands' times on it.
+
+Pure: it decides what to delete, rewrite and add; store.py does the SQL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpudoctor.diagnosis.rollup import StepRollup
+from gpudoctor.diagnosis.window import WARMUP_STEPS
+from gpudoctor.timeline import step_of
+
+
+def _seconds(name: str, default: float) -> float:
+    """A setting from the environment (seconds), the default when unset or not a number."""
+    try:
+        return max(0.0, float(os.environ.get(name, default)))
+    except ValueError:
+        return default
+
+
+# Records younger than this stay whole (GPUDOCTOR_KEEP_WHOLE_S to change it).
+KEEP_WHOLE_S = _seconds("GPUDOCTOR_KEEP_WHOLE_S", 600.0)
+# How often the live doctor compacts its session (GPUDOCTOR_COMPACT_EVERY_S).
+COMPACT_EVERY_S = _seconds("GPUDOCTOR_COMPACT_EVERY_S", 60.0)
+# The record time compacted together: one rollup a process each (GPUDOCTOR_SLOT_S).
+SLOT_S = _seconds("GPUDOCTOR_SLOT_S", 600.0) or 600.0
+# Older host and GPU readings: the first of each this many seconds is kept.
+SAMPLE_EVERY_S = 60.0
+# Records read at a time: a slot is read over several ticks of the doctor's loop (about
+# 50 ms for 1,000 probe messages of 25 rows on this machine's cores) and written at once.
+PASS_RECORDS = 1000
+KINDS = ("probe", "host", "gpu", "page")  # what compaction touches
+# A probe message's keys that only its process's last message of a slot keeps: the
+# cumulative counts, and the CUDA allocator's gauges (whose peak is the run's own).
+LAST_ONLY = ("counts", "dropped", "gauges")
+ROUTINE = ("v", "seq")  # dropped from every compacted message
+
+
+@dataclass
+class Plan:
+    """What compacting one slot does to the store."""
+
+    delete: list[int] = field(default_factory=list)  # record ids
+    rewrite: list[tuple[str, int]] = field(default_factory=list)  # (data, id)
+    add: list[tuple[str, int, str]] = field(default_factory=list)  # (kind, t, data)
+
+
+@dataclass
+class Compactor:
+    """One session's compaction, slot after slot, read over several calls: the slot in
+    progress is held here until its last record is read, then written at once."""
+
+    done_id: int = 0  # records up to this id are compacted
+    slot: int | None = None  # the slot being read (record time // SLOT_S)
+    read_id: int = 0  # its records up to this id were read
+    sample_slots: dict[str, int] = field(default_factory=dict)  # kind -> last slot kept
+    rollups: dict[int, tuple[StepRollup, int, int, int]] = field(default_factory=dict)
+    last: dict[int, tuple[int, dict[str, Any], bool]] = field(default_factory=dict)
+    pages: dict[int, int] = field(default_factory=dict)  # pid -> its last page's id
+    plan: Plan = field(default_factory=Plan)
+
+    def restart(self) -> None:
+        """The slot in progress forgotten (it could not be written): read it again."""
+        self.slot, self.read_id = None, self.done_id
+        self.rollups, self.last, self.pages, self.plan = {}, {}, {}, Plan()
+
+    def read(self, records: list[tuple[int, str, int, str]], before_ns: int) -> Plan | None:
+        """The next records after `read_id` (id, kind, t_mono_ns, data), in id order.
+        The slot's plan once a record of a later slot shows that it is whole; None
+        while it is not (or when its end is not older than `before_ns`)."""
+        for record_id, kind, t, data in records:
+            slot = int(t // (SLOT_S * 1e9))
+            if self.slot is None:
+                self.slot = slot
+            if slot > self.slot:  # the slot is whole (records come in time order)
+                return self._finish() if (self.slot + 1) * SLOT_S * 1e9 <= before_ns else None
+            self.read_id = record_id
+            self._take(record_id, kind, t, data)
+        return None
+
+    def _take(self, record_id: int, kind: str, t: int, data: str) -> None:
+        plan = self.plan
+        if kind == "probe":
+            self._message(record_id, t, data)
+        elif kind in ("host", "gpu"):
+            sample_slot = int(t // (SAMPLE_EVERY_S * 1e9))
+            if self.sample_slots.get(kind) == sample_slot:
+                plan.delete.append(record_id)
+            else:
+                self.sample_slots[kind] = sample_slot
+        elif kind == "page":
+            pid = _pid(data)
+            if pid is not None:
+                if pid in self.pages:
+                    plan.delete.append(self.pages[pid])
+                self.pages[pid] = record_id
+
+    def _message(self, record_id: int, t: int, data: str) -> None:
+        """A probe message: its rows into its process's rollup; what is left of it
+        settled when the process's next message shows it is not the last."""
+        message = _message(data)
+        if message is None:
+            return  # a record it cannot read stays as it is
+        pid = int(message["pid"])
+        rows = message.pop("steps", None)
+        if rows:
+            these = _rolled(pid, rows)
+            if these is None:
+                return  # rows it cannot read: the record stays as it is
+            rollup, count, _, first = self.rollups.get(pid) or (StepRollup(), 0, t, record_id)
+            rollup.merge(these)
+            self.rollups[pid] = (rollup, count + len(rows), t, first)
+        changed = bool(rows) or any(k in message for k in ROUTINE)
+        for key in ROUTINE:
+            message.pop(key, None)
+        if pid in self.last:  # the one before is not the last: its cumulative keys go
+            self._settle(*self.last[pid], last=False)
+        self.last[pid] = (record_id, message, changed)
+
+    def _settle(self, record_id: int, message: dict[str, Any], changed: bool, last: bool) -> None:
+        if not last:
+            removed = [message.pop(key, None) for key in LAST_ONLY]
+            changed = changed or any(value is not None for value in removed)
+        if not changed:
+            return  # compacted already
+        if set(message) - {"pid"}:
+            self.plan.rewrite.append((json.dumps(message, separators=(",", ":")), record_id))
+        else:
+            self.plan.delete.append(record_id)
+
+    def _finish(self) -> Plan:
+        for record_id, message, changed in self.last.values():
+            self._settle(record_id, message, changed, last=True)
+        plan = self.plan
+        for pid, (rollup, rows, t, first) in self.rollups.items():
+            # the ids folded: a follower that read them already (store.follow) skips it
+            record = {
+                "pid": pid, "rows": rows, "first_id": first, "last_id": self.last[pid][0],
+                "t": t, "rollup": rollup.to_dict(),
+            }  # fmt: skip
+            plan.add.append(("rollup", t, json.dumps(record, separators=(",", ":"))))
+        self.slot = None
+        self.rollups, self.last, self.pages, self.plan = {}, {}, {}, Plan()
+        return plan
+
+    def written(self) -> None:
+        """The slot's plan is in the store: its records are done."""
+        self.done_id = self.read_id
+
+
+def _message(data: str) -> dict[str, Any] | None:
+    try:
+        message = json.loads(data)
+        int(message["pid"])
+    except (ValueError, TypeError, KeyError):
+        return None
+    return message if isinstance(message, dict) else None
+
+
+def _rolled(pid: int, rows: list[Any]) -> StepRollup | None:
+    """A message's steady rows rolled up: all of them, or None when one cannot be read."""
+    these = StepRollup()
+    try:
+        for row in rows:
+            step = step_of(pid, row)
+            if step.number >= WARMUP_STEPS:
+                these.add(step)
+    except (ValueError, TypeError, IndexError):
+        return None
+    return these
+
+
+def apply_rollup(data: dict[str, Any]) -> tuple[int, int, StepRollup, int]:
+    """A `rollup` record: (pid, rows, rollup, t); ValueError/TypeError/KeyError if bad."""
+    rollup = StepRollup.from_dict(data["rollup"])
+    return int(data["pid"]), int(data["rows"]), rollup, int(data.get("t", 0))
+
+
+def _pid(data: str) -> int | None:
+    try:
+        return int(json.loads(data)["pid"])
+    except (ValueError, TypeError, KeyError):
+        return None
