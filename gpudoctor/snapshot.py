@@ -21,10 +21,8 @@ from gpudoctor.model import Finding, GpuSample, HostSample, JobExit
 from gpudoctor.prescribe.predict import Prediction, first_remedy
 from gpudoctor.redact import redact_argv, redact_text
 from gpudoctor.terminal import OutputLine, TerminalView
-from gpudoctor.timeline import Timeline
+from gpudoctor.timeline import RECENT_SAMPLES, RECENT_STEPS, Timeline
 
-RECENT_STEPS = 2000
-RECENT_SAMPLES = 120  # host ticks (two minutes at 1 Hz), and as many per GPU
 HISTORY_POINTS = 60  # sparkline and plot lengths
 
 

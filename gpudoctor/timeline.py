@@ -35,6 +35,10 @@ BATCH = protocol.STEP_FIELDS.index("batch_size")
 MAX_STEP_ROWS = 120_000
 MIN_STEP_ROWS = 5_000
 MAX_SAMPLES_KEPT = 6 * 3600  # host and GPU readings: six hours at 1 Hz
+# The live screens' window (snapshot.py), and the report's charts' when they say when
+# a finding was first seen: the last RECENT_STEPS steps, RECENT_SAMPLES host readings
+RECENT_STEPS = 2000
+RECENT_SAMPLES = 120  # host ticks (two minutes at 1 Hz), and as many per GPU
 
 
 def _samples() -> deque[Any]:

@@ -3,11 +3,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-# The TUI's terminal tests drive the real app in tmux, and the metrics test has a real
-# Prometheus scrape it (Debian packages).
+# The TUI's terminal tests drive the real app in tmux, the metrics test has a real
+# Prometheus scrape it, the HTML report is opened in a real headless chromium (Debian
+# packages).
 missing=""
 command -v tmux >/dev/null || missing="$missing tmux"
 command -v prometheus >/dev/null || missing="$missing prometheus"
+command -v chromium >/dev/null || missing="$missing chromium"
 if [ -n "$missing" ]; then
     if [ "$(id -u)" = 0 ]; then
         apt-get update -qq && apt-get install -y -qq $missing >/dev/null

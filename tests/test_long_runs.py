@@ -263,3 +263,60 @@ def test_the_live_doctor_compacts_its_session_and_the_report_stays(tmp_path: Pat
     )
     assert abs(stored["p90_ms"] - live["p90_ms"]) <= QUANTILE_ERROR * live["p90_ms"] + 0.001
     assert stored["data_wait_fraction"] == live["data_wait_fraction"]
+
+
+def test_two_doctors_compacting_one_store_at_once_both_keep_their_sessions(
+    tmp_path: Path,
+) -> None:
+    """Two runs on one server, one store: both write and compact it at once (each its
+    own session); each session's count and report are whole."""
+    db = tmp_path / "s.db"
+    env = {**os.environ, "GPUDOCTOR_KEEP_WHOLE_S": "2", "GPUDOCTOR_COMPACT_EVERY_S": "1",
+           "GPUDOCTOR_SLOT_S": "1"}  # fmt: skip
+    runs = [
+        subprocess.Popen(
+            [
+                PY,
+                "-m",
+                "gpudoctor",
+                "--store",
+                str(db),
+                "run",
+                "--headless",
+                "--report",
+                str(tmp_path / f"run{n}.json"),
+                "--",
+                PY,
+                str(ROOT / "bench" / "loop_job.py"),
+                "--hidden",
+                "16",
+                "--batch-size",
+                "4",
+                "--steps",
+                str(steps),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )  # fmt: skip
+        for n, steps in enumerate((20_000, 30_000))
+    ]
+    for run in runs:
+        _, err = run.communicate(timeout=240)
+        assert run.returncode == 0, err
+    store = Store(db)
+    sessions = sorted(store.sessions(), key=lambda r: r.id)
+    assert len(sessions) == 2
+    with sqlite3.connect(db) as con:
+        rolled = dict(
+            con.execute("SELECT session_id, COUNT(*) FROM records WHERE kind='rollup' GROUP BY 1")
+        )
+    assert all(rolled.get(s.id, 0) > 0 for s in sessions), rolled  # both compacted
+    for row in sessions:
+        n = 0 if "20000" in row.command else 1
+        live = json.loads((tmp_path / f"run{n}.json").read_text())["steps"]
+        stored = build(store.load(row.id), row.id).steps
+        assert stored.count == live["count"] and stored.steady_count == live["steady_count"]
+        assert stored.data_wait_fraction == live["data_wait_fraction"]
+    store.close()

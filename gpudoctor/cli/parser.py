@@ -179,7 +179,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = add("report", "rebuild the report of a recorded session")
     report.add_argument("session", help="session id (see `gpudoctor history`), or `last`")
-    report.add_argument("--format", choices=("md", "json"), default="md")
+    report.add_argument(
+        "--format", choices=("md", "json", "html"), default="md",
+        help="html: one self-contained page with the run over time as charts",
+    )  # fmt: skip
     report.add_argument("--lang", choices=("en", "zh"), default=None)
 
     attach = add("attach", "the live TUI on a session another doctor is recording")

@@ -73,7 +73,13 @@ def loaded(args: argparse.Namespace, name: str) -> tuple[int, Timeline]:
 def report(args: argparse.Namespace) -> int:
     session_id, timeline = loaded(args, "report")
     rebuilt = build(timeline, session_id, lang_of(args))
-    sys.stdout.write(rebuilt.to_json() if args.format == "json" else markdown(rebuilt))
+    if args.format == "html":
+        from gpudoctor.report.html import page  # pygal: only when asked
+        from gpudoctor.report.series import run_series
+
+        sys.stdout.write(page(rebuilt, run_series(timeline)))
+    else:
+        sys.stdout.write(rebuilt.to_json() if args.format == "json" else markdown(rebuilt))
     return 0
 
 

@@ -1,0 +1,161 @@
+"""`report --format html`: the report as one self-contained page to attach to a ticket
+or open on a laptop: the summary, the run over time as charts, the findings with their
+evidence and remedies, the speed of light, where the time outside the model goes.
+
+Nothing is fetched when it is opened: the charts are SVG drawn by pygal inside the page
+(its tooltip script, which it would load from the web, is left out), the style is in
+the page, and every text the run gave (the command, evidence, code lines) is escaped.
+The report's texts are the same as the Markdown's, secrets masked alike.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+
+import pygal
+from pygal.style import Style
+
+from gpudoctor.report.render import predicted_words, speed_words, status_words
+from gpudoctor.report.series import Point, RunSeries
+from gpudoctor.report.values import Report
+
+SCRIPT = re.compile(r"<script\b.*?</script>", re.S)
+COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+MARKER_COLORS = ("#7f7f7f", "#a0a0a0", "#5a5a5a", "#b8b8b8", "#404040", "#cccccc")
+STYLE = Style(
+    background="white",
+    plot_background="white",
+    foreground="#333",
+    foreground_strong="#111",
+    foreground_subtle="#ddd",
+    font_family="DejaVu Sans, Helvetica, Arial, sans-serif",
+    colors=COLORS,
+)
+PAGE_CSS = """
+body { font-family: DejaVu Sans, Helvetica, Arial, sans-serif; margin: 2em auto;
+       max-width: 1000px; color: #222; }
+code, pre { font-family: DejaVu Sans Mono, Menlo, monospace; background: #f4f4f4; }
+.finding { border-left: 4px solid #999; padding: 0.2em 0.8em; margin: 1em 0; }
+.high { border-color: #d62728; } .medium { border-color: #ff7f0e; } .low { border-color: #1f77b4; }
+.chart { margin: 1em 0; } table { border-collapse: collapse; }
+td, th { border: 1px solid #ccc; padding: 0.2em 0.5em; text-align: left; }
+"""
+
+
+def chart(
+    title: str, y_title: str, series: dict[str, list[Point]], s: RunSeries, x_end: float
+) -> str:
+    """One line chart over the run (seconds since the start), as inline SVG, with grey
+    dashed markers where the job ended and where each finding was first raised."""
+    data = {name: points for name, points in series.items() if points}
+    markers = [
+        (f"{id_} first seen", at) for id_, at in sorted(s.first_seen_s.items(), key=lambda x: x[1])
+    ]
+    if s.ended_at_s is not None:
+        markers.append(("job ended", s.ended_at_s))
+    style = Style(**{**STYLE.to_dict(), "colors": COLORS[: len(data)] + MARKER_COLORS})
+    drawn = pygal.XY(
+        width=960, height=280, js=[], style=style, show_dots=False, stroke=True,
+        disable_xml_declaration=True, legend_at_bottom=True, truncate_legend=-1,
+        x_title="seconds since the start", y_title=y_title, title=title,
+        include_x_axis=True, explicit_size=True, xrange=(0, x_end),
+    )  # fmt: skip
+    top = max((v for points in data.values() for _, v in points), default=1.0) or 1.0
+    for name, points in data.items():
+        drawn.add(name, points)
+    for name, at in markers:
+        drawn.add(name, [(at, 0.0), (at, top)], stroke_style={"dasharray": "4, 3"})
+    # pygal writes its tooltips' settings as an inline script even with no script to
+    # read them: left out, so the page runs no code at all
+    return SCRIPT.sub("", str(drawn.render(is_unicode=True)))
+
+
+def charts(s: RunSeries, duration_s: float) -> list[str]:
+    out = []
+
+    def add(title: str, y_title: str, series: dict[str, list[Point]]) -> None:
+        out.append(chart(title, y_title, series, s, max(duration_s, 1.0)))
+
+    if s.step_p50_ms:
+        add("Step time", "ms", {"p50": s.step_p50_ms, "p90": s.step_p90_ms})
+        add("Steps a second", "steps/s", {"steps/s": s.steps_per_s})
+        add("Waiting for data", "% of step time", {"data wait": s.data_wait_pct})
+    if s.gpu_util_pct:
+        add("GPU utilisation", "%", {f"GPU {i}": p for i, p in sorted(s.gpu_util_pct.items())})
+        add("GPU memory used", "GiB", {f"GPU {i}": p for i, p in sorted(s.gpu_mem_gib.items())})
+        if s.gpu_power_w:
+            add("GPU power", "W", {f"GPU {i}": p for i, p in sorted(s.gpu_power_w.items())})
+    if s.cpu_pct:
+        add("CPU", "% of the machine", {"all cores": s.cpu_pct})
+        add("The job's CPU", "cores", {"job": s.job_cpu_cores})
+    return out
+
+
+def page(report: Report, series: RunSeries) -> str:
+    e = html.escape
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>gpudoctor report, session {report.session}</title>",
+        f"<style>{PAGE_CSS}</style></head><body>",
+        f"<h1>gpudoctor report (session {report.session})</h1>",
+        "<ul>",
+        f"<li>command: <code>{e(' '.join(report.command))}</code></li>",
+        f"<li>{e(status_words(report))}, {report.duration_s:.1f} s</li>",
+    ]
+    s = report.steps
+    if s.count:
+        steps = f"{s.count} steps"
+        if s.median_ms is not None:
+            steps += f", median {s.median_ms} ms, p90 {s.p90_ms} ms"
+        if s.data_wait_fraction is not None:
+            steps += f", data wait {s.data_wait_fraction:.0%}"
+        parts.append(f"<li>{e(steps)}</li>")
+    parts.append(f"<li>GPU: {e(report.gpu_status)}</li>")
+    for g in report.gpus:
+        parts.append(
+            f"<li>GPU {g.index} {e(g.name or '')}: util mean {g.util_mean_pct}%, p95 "
+            f"{g.util_p95_pct}%, power {g.power_mean_w} W</li>"
+        )
+    if report.speed_of_light is not None:
+        parts += [f"<li>{e(line)}</li>" for line in speed_words(report.speed_of_light)]
+    parts.append("</ul>")
+    drawn = charts(series, report.duration_s)
+    if drawn:
+        parts.append("<h2>The run over time</h2>")
+        parts += [f'<div class="chart">{svg}</div>' for svg in drawn]
+    parts.append("<h2>Findings</h2>")
+    if not report.findings:
+        parts.append("<p>No findings: nothing measured points at a bottleneck.</p>")
+    for f in report.findings:
+        estimated = ", estimated" if f.estimated else ""
+        parts.append(f'<div class="finding {e(f.severity)}">')
+        parts.append(f"<h3><code>{e(f.id)}</code> ({e(f.severity)}{estimated}): {e(f.title)}</h3>")
+        parts.append(f"<p>{e(f.evidence)}</p>")
+        if f.predicted_speedup:
+            parts.append(f"<p>{e(predicted_words(f.predicted_speedup))}</p>")
+        parts.append("<ul>")
+        for r in f.remedies:
+            parts.append(
+                f"<li><code>{e(r.id)}</code> {e(r.title)} (guide: {e(r.guide)}): "
+                f"<pre>{e(r.how)}</pre></li>"
+            )
+        parts.append("</ul></div>")
+    if report.hotspots:
+        parts.append("<h2>Where the time outside the model goes</h2><table>")
+        parts.append(
+            "<tr><th>share</th><th>where</th><th>state</th><th>line</th><th>code</th></tr>"
+        )
+        for h in report.hotspots:
+            parts.append(
+                f"<tr><td>{h.share:.0%}</td><td>{e(h.where)}</td><td>{e(h.state)}</td>"
+                f"<td><code>{e(h.file)}:{h.line}</code></td><td><code>{e(h.code)}</code></td></tr>"
+            )
+        parts.append("</table>")
+    if report.notes:
+        parts.append("<h2>Notes</h2><ul>")
+        parts += [f"<li>{e(n)}</li>" for n in report.notes]
+        parts.append("</ul>")
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"

@@ -1,0 +1,113 @@
+"""`report --format html`: one self-contained page, opened in a real headless browser
+(Debian's chromium): it draws the charts, asks the network for nothing, logs no error,
+and its numbers are the report's."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import PY, SAMPLES, doctor
+
+from gpudoctor.report.build import build
+from gpudoctor.report.series import run_series
+from gpudoctor.store import Store
+
+pytestmark = pytest.mark.timeout(240)
+
+# scripts/test.sh installs chromium (as it does tmux); without it this fails
+assert shutil.which("chromium"), "chromium is needed: apt-get install chromium"
+
+QUIET = [  # the browser's own background traffic off; what is left is the page's
+    "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
+    "--disable-background-networking", "--disable-sync", "--disable-component-update",
+    "--disable-default-apps", "--enable-logging=stderr", "--v=0",
+]  # fmt: skip
+
+
+def browse(page: Path, out: Path, *what: str) -> subprocess.CompletedProcess[str]:
+    """Chromium on the page (`--dump-dom` or `--screenshot=...`), with a log of every
+    request it made."""
+    return subprocess.run(
+        ["chromium", *QUIET, f"--log-net-log={out / 'net.json'}", *what, page.as_uri()],
+        capture_output=True, text=True, timeout=120, cwd=out,
+    )  # fmt: skip
+
+
+def pages_requests(net_log: Path) -> set[str]:
+    """The URLs the page asked for: requests started on behalf of the file:// page
+    (the browser's own, to its vendor, have another isolation key)."""
+    log = json.loads(net_log.read_text())
+    started = log["constants"]["logEventTypes"]["URL_REQUEST_START_JOB"]
+    return {
+        e["params"]["url"]
+        for e in log["events"]
+        if e["type"] == started
+        and str(e["params"].get("network_isolation_key", "")).startswith("file://")
+    }
+
+
+def test_the_html_report_draws_the_run_and_fetches_nothing(tmp_path: Path) -> None:
+    store = tmp_path / "s.db"
+    run = doctor(
+        "--store", str(store), "run", "--headless", "--", PY, str(SAMPLES / "dataloader_bound.py"),
+        "--steps", "150",
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    made = doctor("--store", str(store), "report", "last", "--format", "html")
+    assert made.returncode == 0 and made.stderr == "", made.stderr
+    page = tmp_path / "report.html"
+    page.write_text(made.stdout)
+    text = made.stdout
+
+    # self-contained: no script, no stylesheet or image from elsewhere
+    assert "<script" not in text and "<link" not in text
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", text)
+
+    dom = browse(page, tmp_path, "--dump-dom")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert dom.stdout.count("<svg") >= 5  # step time, steps/s, data wait, CPU, job CPU
+    assert "input-bound" in dom.stdout and "Training waits for input data" in dom.stdout
+    assert "input-bound first seen" in dom.stdout  # the marker
+    assert pages_requests(tmp_path / "net.json") == set()
+    said = [line for line in dom.stderr.splitlines() if "CONSOLE" in line]
+    assert not said, said
+
+    shot = browse(page, tmp_path, "--window-size=1100,1400", "--screenshot=shot.png")
+    assert shot.returncode == 0 and (tmp_path / "shot.png").stat().st_size > 50_000
+
+    # the charts' numbers are the report's: the step time over the run around the
+    # report's median, the data wait around its share
+    opened = Store(store)
+    (row,) = opened.sessions()
+    timeline = opened.load(row.id)
+    opened.close()
+    report, series = build(timeline, row.id), run_series(timeline)
+    median = report.steps.median_ms
+    assert median is not None and report.steps.data_wait_fraction is not None
+    p50 = sorted(v for _, v in series.step_p50_ms)
+    assert 0.8 * median < p50[len(p50) // 2] < 1.25 * median
+    wait = sorted(v for _, v in series.data_wait_pct)
+    assert abs(wait[len(wait) // 2] - report.steps.data_wait_fraction * 100) < 10
+    assert series.ended_at_s is not None and abs(series.ended_at_s - report.duration_s) < 1.5
+
+
+def test_what_the_page_shows_is_escaped_and_masked(tmp_path: Path) -> None:
+    """A command line with a secret and markup in it: masked and shown as text."""
+    store = tmp_path / "s.db"
+    script = tmp_path / "train.py"
+    script.write_text("import sys, time\ntime.sleep(0.5)\n")
+    run = doctor(
+        "--store", str(store), "run", "--headless", "--", PY, str(script),
+        "--hf-token", "hf_abcdefghijklmnopqrstuvwxyz123456", "--note", "<b>bold</b>",
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    made = doctor("--store", str(store), "report", "last", "--format", "html")
+    assert made.returncode == 0, made.stderr
+    assert "hf_abcdefghijklmnopqrstuvwxyz123456" not in made.stdout
+    assert "--hf-token ***" in made.stdout
+    assert "<b>bold</b>" not in made.stdout and "&lt;b&gt;bold&lt;/b&gt;" in made.stdout
