@@ -54,10 +54,12 @@ def pages_requests(net_log: Path) -> set[str]:
 def test_the_html_report_draws_the_run_and_fetches_nothing(tmp_path: Path) -> None:
     store = tmp_path / "s.db"
     run = doctor(
-        "--store", str(store), "run", "--headless", "--", PY, str(SAMPLES / "dataloader_bound.py"),
-        "--steps", "150",
+        "--store", str(store), "run", "--headless", "--report", str(tmp_path / "run.html"),
+        "--", PY, str(SAMPLES / "dataloader_bound.py"), "--steps", "150",
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
+    # the run's own page (`run --report X.html`) has the same charts as the rebuilt one
+    assert (tmp_path / "run.html").read_text().count("<svg") >= 5
     made = doctor("--store", str(store), "report", "last", "--format", "html")
     assert made.returncode == 0 and made.stderr == "", made.stderr
     page = tmp_path / "report.html"

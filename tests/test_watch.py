@@ -291,7 +291,7 @@ def test_container_pid_namespace_is_recognised_from_nvml_readings() -> None:
 
 
 def test_bad_report_path_and_missing_pid_argument() -> None:
-    assert "--report must end in .json or .md" in one_line_error(
+    assert "--report must end in .json, .md or .html" in one_line_error(
         doctor("watch", "--pid", "1", "--report", "x.txt")
     )
     assert "--pid" in one_line_error(doctor("watch"))

@@ -20,6 +20,7 @@ from gpudoctor.report.values import Report
 from gpudoctor.sources.nvml import NvmlReader
 from gpudoctor.sources.stacks import AttachError, check_access, find_py_spy
 from gpudoctor.store import Store, StoreError
+from gpudoctor.timeline import Timeline
 
 # The doctor's own failure while following a job (the TUI's loop broke): the job goes on.
 DOCTOR_FAILED = 3
@@ -43,6 +44,7 @@ class RunResult:
     job_exit: JobExit
     exit_code: int  # what the doctor exits with
     notes: tuple[str, ...] = ()
+    timeline: Timeline | None = None  # the run's record (an HTML report draws it)
 
 
 def launch(
@@ -179,7 +181,7 @@ def conclude(job: JobSource, store: Store, lang: str, notes: tuple[str, ...] = (
         store.finish(job.session_id, job.timeline.end_mono_ns, job_exit, report.summary())
     except StoreError as exc:  # the report is whole; the store says what it misses
         notes += (str(exc),)
-    return RunResult(report, job_exit, exit_code(job_exit, report), notes)
+    return RunResult(report, job_exit, exit_code(job_exit, report), notes, job.timeline)
 
 
 def exit_code(job_exit: JobExit, report: Report) -> int:

@@ -73,11 +73,14 @@ def command_of(args: argparse.Namespace, name: str) -> tuple[str, ...]:
     return tuple(command)
 
 
-def report_path(args: argparse.Namespace, name: str) -> Path | None:
+def report_path(args: argparse.Namespace, name: str, html: bool = False) -> Path | None:
+    """--report's path, checked; `html`: a session's report may be a page (.html)."""
     path: Path | None = args.report
     if path is not None:
-        if path.suffix not in (".json", ".md"):
-            raise UsageError(f"gpudoctor {name}: --report must end in .json or .md: {path}")
+        kinds = (".json", ".md", ".html") if html else (".json", ".md")
+        if path.suffix not in kinds:
+            said = ", ".join(kinds[:-1]) + f" or {kinds[-1]}"
+            raise UsageError(f"gpudoctor {name}: --report must end in {said}: {path}")
         if not path.parent.is_dir():
             raise UsageError(f"gpudoctor {name}: no such folder for --report: {path.parent}")
     return path

@@ -47,7 +47,7 @@ def command(args: argparse.Namespace) -> int:
         exchange_ranks=not args.no_rank_exchange,
         sample_lines=not args.no_stacks,
     )
-    path = report_path(args, "run")
+    path = report_path(args, "run", html=True)
     try:
         running.profile_env(request)  # checked before anything starts
     except errors.NotPossible as exc:
@@ -90,7 +90,13 @@ def show(result: running.RunResult, path: Path | None) -> int:
     for note in result.notes:
         print(f"gpudoctor: {note}", file=sys.stderr)
     if path is not None:
-        text = result.report.to_json() if path.suffix == ".json" else markdown(result.report)
+        if path.suffix == ".html" and result.timeline is not None:
+            from gpudoctor.report.html import page  # pygal: only when asked
+            from gpudoctor.report.series import run_series
+
+            text = page(result.report, run_series(result.timeline))
+        else:
+            text = result.report.to_json() if path.suffix == ".json" else markdown(result.report)
         write_file(path, text)
     return result.exit_code
 
@@ -149,7 +155,7 @@ def in_tui(
     from gpudoctor.app.follow import Follower
     from gpudoctor.terminal import TerminalView
 
-    lang, path = lang_of(args), report_path(args, "run")
+    lang, path = lang_of(args), report_path(args, "run", html=True)
     log = open_log(store, "job", "run", int(args.output_max_mb * (1 << 20)))
     try:
         job = running.launch(request, store, output=log, own_terminal=True)

@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # --metrics loads prometheus_client only when asked
 
 
 def command(args: argparse.Namespace) -> int:
-    path = report_path(args, "watch")
+    path = report_path(args, "watch", html=True)
     lang = lang_of(args)
     headless = args.headless or not on_terminal()
     nvml = NvmlReader()
