@@ -13,9 +13,11 @@ than KEEP_WHOLE_S are compacted a SLOT_S of record time at a time:
 - a probe message keeps what is not routine (facts, errors, the end); the cumulative
   counts and the allocator's gauges (its peak is the run's own) stay in each process's
   last message of the slot; a message left with nothing is deleted;
-- host and GPU readings are thinned to the first of each SAMPLE_EVERY_S (the timeline
-  keeps 21,600 readings in memory whatever the store holds; the report's GPU figures
-  are means), counter pages (cumulative) to each process's last of the slot;
+- host and GPU readings, and the other nodes' rank summaries (sent every 2 s on a
+  multi-node job), are thinned to the first of each SAMPLE_EVERY_S (by node; the
+  timeline keeps 21,600 readings in memory whatever the store holds; the report's GPU
+  figures are means, its other nodes' ranks the newest sent), counter pages
+  (cumulative) to each process's last of the slot;
 - everything else (facts, findings, ends, exceptions, profiles, stalls...) is kept.
 The recent ten minutes stay whole: the live screens and the rules read the recent
 steps (the timeline keeps up to 15,000 rows a rank for 8 ranks in memory: two and a half
@@ -57,7 +59,7 @@ SAMPLE_EVERY_S = 60.0
 # Records read at a time: a slot is read over several ticks of the doctor's loop (about
 # 50 ms for 1,000 probe messages of 25 rows on this machine's cores) and written at once.
 PASS_RECORDS = 1000
-KINDS = ("probe", "host", "gpu", "page")  # what compaction touches
+KINDS = ("probe", "host", "gpu", "page", "ranks")  # what compaction touches
 # A probe message's keys that only its process's last message of a slot keeps: the
 # cumulative counts, and the CUDA allocator's gauges (whose peak is the run's own).
 LAST_ONLY = ("counts", "dropped", "gauges")
@@ -110,12 +112,13 @@ class Compactor:
         plan = self.plan
         if kind == "probe":
             self._message(record_id, t, data)
-        elif kind in ("host", "gpu"):
+        elif kind in ("host", "gpu", "ranks"):
+            what = kind if kind != "ranks" else f"ranks {_node(data)}"  # by node
             sample_slot = int(t // (SAMPLE_EVERY_S * 1e9))
-            if self.sample_slots.get(kind) == sample_slot:
+            if self.sample_slots.get(what) == sample_slot:
                 plan.delete.append(record_id)
             else:
-                self.sample_slots[kind] = sample_slot
+                self.sample_slots[what] = sample_slot
         elif kind == "page":
             pid = _pid(data)
             if pid is not None:
@@ -202,6 +205,13 @@ def apply_rollup(data: dict[str, Any]) -> tuple[int, int, StepRollup, int]:
     """A `rollup` record: (pid, rows, rollup, t); ValueError/TypeError/KeyError if bad."""
     rollup = StepRollup.from_dict(data["rollup"])
     return int(data["pid"]), int(data["rows"]), rollup, int(data.get("t", 0))
+
+
+def _node(data: str) -> str:
+    try:
+        return str(json.loads(data)["node"])
+    except (ValueError, TypeError, KeyError):
+        return ""
 
 
 def _pid(data: str) -> int | None:

@@ -18,6 +18,7 @@ from conftest import PY, ROOT
 
 from gpudoctor import compaction
 from gpudoctor.compaction import Compactor
+from gpudoctor.diagnosis.ranks import RankSummary
 from gpudoctor.diagnosis.rollup import QUANTILE_ERROR
 from gpudoctor.diagnosis.window import WARMUP_STEPS, percentile
 from gpudoctor.report.build import build
@@ -121,6 +122,14 @@ def record_a_run(store: Store, ranks: int, steps: int) -> tuple[int, int]:
             store.add(session, "page", t, {"pid": BASE_PID + rank, "steps": start + 400})
         for second in range(4):  # 400 steps of 10 ms: four seconds
             t = 10**9 + (start * 10_000_000) + second * 10**9
+            if second % 2 == 0:  # another node's doctor sends its ranks every 2 s
+                other = RankSummary(
+                    pid=900, rank=4, local_rank=0, host="node2", steps=start + 400,
+                    median_ms=20.0, p90_ms=22.0, samples_per_s=None, data_wait_fraction=0.3,
+                    uses_dataloader=True, detailed_median_ms=20.0,
+                    parts_ms=dict.fromkeys(("data", "host", "forward", "backward", "optimizer"), 1.0),
+                )  # fmt: skip
+                store.add(session, "ranks", t, {"node": "node2", "ranks": [other.as_dict()]})
             store.add(session, "host", t, encode(dataclasses.replace(host, t_mono_ns=t)))
             store.add(
                 session, "gpu", t, [encode(dataclasses.replace(g, t_mono_ns=t)) for g in gpus]
@@ -176,7 +185,7 @@ def test_a_compacted_store_gives_the_report_of_every_row(
     assert abs(s.p90_ms - w.p90_ms) <= QUANTILE_ERROR * w.p90_ms + 0.01
     assert s.data_wait_fraction == w.data_wait_fraction
     assert [f.id for f in report.findings] == [f.id for f in whole.findings]
-    assert [r.rank for r in report.ranks] == [0, 1, 2, 3]  # from the recent rows
+    assert [r.rank for r in report.ranks][:4] == [0, 1, 2, 3]  # from the recent rows
     # whole slots before the cutoff are rolled up, one record a rank a slot; the rows
     # after the last whole slot are kept
     kept = compacted.steps[BASE_PID]
@@ -204,6 +213,12 @@ def test_a_compacted_store_gives_the_report_of_every_row(
     counts = [n for n, m in old_messages if m["pid"] == BASE_PID and "counts" in m]
     assert gauges == counts == sorted(set(gauges)) and len(gauges) >= rolled_slots - 1
     assert sum("facts" in m for _, m in old_messages) == 4
+    # the other node's ranks: one summary a minute kept, the newest in the report
+    sent = [t for (t,) in store.db.execute("SELECT t_mono_ns FROM records WHERE kind='ranks'")]
+    old_sent = [t for t in sent if t < cutoff - slot * 10**9]
+    assert len(old_sent) == len({t // (60 * 10**9) for t in old_sent}) <= 3
+    assert compacted.remote_ranks["node2"][0].steps == 20_000
+    assert 4 in [r.rank for r in report.ranks]
     # a rank's cumulative counter pages: its last of each slot
     pages = [
         (json.loads(d)["pid"], t // (slot * 10**9))
