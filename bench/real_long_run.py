@@ -34,10 +34,11 @@ def main() -> None:
         job = [sys.executable, str(ROOT / "bench" / "loop_job.py"), "--hidden", "16",
                "--batch-size", "4", "--steps", str(args.steps)]  # fmt: skip
         start = time.monotonic()
+        said = open(Path(folder) / "doctor.err", "w+")  # noqa: SIM115 (its status lines)
         doctor = subprocess.Popen(
             [sys.executable, "-m", "gpudoctor", "--store", str(db), "run", "--headless",
              "--report", str(report), "--", *job],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            stdout=subprocess.DEVNULL, stderr=said, text=True,
         )  # fmt: skip
         me = psutil.Process(doctor.pid)
         readings: list[tuple[float, float]] = []
@@ -47,8 +48,10 @@ def main() -> None:
             except psutil.Error:
                 break
             time.sleep(args.every)
-        _, err = doctor.communicate()
-        assert doctor.returncode == 0, err
+        doctor.wait()
+        said.seek(0)
+        assert doctor.returncode == 0, said.read()[-2000:]
+        said.close()
         took = time.monotonic() - start
         live = json.loads(report.read_text())["steps"]
         t = time.monotonic()
