@@ -25,7 +25,7 @@ def one_line_error(proc: subprocess.CompletedProcess[str], code: int = 2) -> str
         (["run", "--bogus", "--", "true"], "unrecognized arguments: --bogus"),
         (["run", "--headless"], "no command given"),
         (["run", "--headless", "--max-seconds", "-3", "--", "true"], "must be positive"),
-        (["run", "--headless", "--report", "out.txt", "--", "true"], ".json or .md"),
+        (["run", "--headless", "--report", "out.txt", "--", "true"], ".json, .md or .html"),
         (["run", "--headless", "--report", "/no/such/dir/r.json", "--", "true"], "no such folder"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),
         (["report", "abc"], "not a session id"),
