@@ -219,6 +219,7 @@ def main() -> None:
         print(f"  kept whole at the end: the last {whole / 60:.0f} minutes")
         print(f"  a week's store: {os.path.getsize(week_db) / 1e6:.0f} MB on disk")
         report = min(timed(["report", "--format", "json", "last"], week_db) for _ in range(2))
+        page = timed(["report", "--format", "html", "last"], week_db)
         history = min(timed(["history"], week_db) for _ in range(3))
         store = Store(week_db, explicit=True)
         t0 = time.perf_counter()
@@ -232,7 +233,8 @@ def main() -> None:
         store.close()
         steps = sum(timeline.counted_steps().values())
         print(
-            f"  `gpudoctor report`: {report:.2f} s; `gpudoctor history`: {history:.2f} s; "
+            f"  `gpudoctor report`: {report:.2f} s (`--format html`: {page:.2f} s); "
+            f"`gpudoctor history`: {history:.2f} s; "
             f"replay: loading {loaded:.2f} s, then {seek * 1e3:.0f} ms a seek "
             f"({steps:,} steps counted)"
         )
