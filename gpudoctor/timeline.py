@@ -101,6 +101,8 @@ class Timeline:
     remote_ranks: dict[str, tuple[RankSummary, ...]] = field(default_factory=dict)
     # a CPU job's peak, measured by the doctor before it launched the job (no GPU)
     cpu_peak: CpuPeak | None = None
+    # when each profiler capture's result arrived (the newest reading then: a marker)
+    profiles: list[int] = field(default_factory=list)
 
     @property
     def mode(self) -> str:
@@ -121,6 +123,8 @@ class Timeline:
                 if step.number >= WARMUP_STEPS:
                     roll(step)
         if "facts" in message:
+            if "profile" in message["facts"]:
+                self.profiles.append(self.last_reading_ns())
             self.facts.setdefault(pid, {}).update(message["facts"])
         if message.get("gauges"):
             self.gauges.append((pid, message["gauges"]))

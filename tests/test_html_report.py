@@ -14,7 +14,7 @@ import pytest
 from conftest import PY, SAMPLES, doctor
 
 from gpudoctor.report.build import build
-from gpudoctor.report.series import run_series
+from gpudoctor.series import run_series
 from gpudoctor.store import Store
 
 pytestmark = pytest.mark.timeout(240)

@@ -92,7 +92,7 @@ def show(result: running.RunResult, path: Path | None) -> int:
     if path is not None:
         if path.suffix == ".html" and result.timeline is not None:
             from gpudoctor.report.html import page  # pygal: only when asked
-            from gpudoctor.report.series import run_series
+            from gpudoctor.series import run_series
 
             text = page(result.report, run_series(result.timeline))
         else:

@@ -75,7 +75,7 @@ def report(args: argparse.Namespace) -> int:
     rebuilt = build(timeline, session_id, lang_of(args))
     if args.format == "html":
         from gpudoctor.report.html import page  # pygal: only when asked
-        from gpudoctor.report.series import run_series
+        from gpudoctor.series import run_series
 
         sys.stdout.write(page(rebuilt, run_series(timeline)))
     else:

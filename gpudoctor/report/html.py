@@ -17,8 +17,8 @@ import pygal
 from pygal.style import Style
 
 from gpudoctor.report.render import predicted_words, speed_words, status_words
-from gpudoctor.report.series import Point, RunSeries
 from gpudoctor.report.values import Report
+from gpudoctor.series import SPLIT_LABELS, Point, RunSeries
 
 SCRIPT = re.compile(r"<script\b.*?</script>", re.S)
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
@@ -47,13 +47,10 @@ def chart(
     title: str, y_title: str, series: dict[str, list[Point]], s: RunSeries, x_end: float
 ) -> str:
     """One line chart over the run (seconds since the start), as inline SVG, with grey
-    dashed markers where the job ended and where each finding was first raised."""
+    dashed markers where each finding was first raised, a profiler capture, an
+    out-of-memory error, the job's end."""
     data = {name: points for name, points in series.items() if points}
-    markers = [
-        (f"{id_} first seen", at) for id_, at in sorted(s.first_seen_s.items(), key=lambda x: x[1])
-    ]
-    if s.ended_at_s is not None:
-        markers.append(("job ended", s.ended_at_s))
+    markers = s.markers()
     style = Style(**{**STYLE.to_dict(), "colors": COLORS[: len(data)] + MARKER_COLORS})
     drawn = pygal.XY(
         width=960, height=280, js=[], style=style, show_dots=False, stroke=True,
@@ -79,8 +76,13 @@ def charts(s: RunSeries, duration_s: float) -> list[str]:
 
     if s.step_p50_ms:
         add("Step time", "ms", {"p50": s.step_p50_ms, "p90": s.step_p90_ms})
-        add("Steps a second", "steps/s", {"steps/s": s.steps_per_s})
+        if s.samples_per_s:
+            add("Samples a second", "samples/s", {"samples/s": s.samples_per_s})
+        else:
+            add("Steps a second", "steps/s", {"steps/s": s.steps_per_s})
         add("Waiting for data", "% of step time", {"data wait": s.data_wait_pct})
+        parts = {name: s.split_pct[k] for k, name in SPLIT_LABELS.items() if k in s.split_pct}
+        add("Where a step goes", "% of step time", parts)
     if s.gpu_util_pct:
         add("GPU utilisation", "%", {f"GPU {i}": p for i, p in sorted(s.gpu_util_pct.items())})
         add("GPU memory used", "GiB", {f"GPU {i}": p for i, p in sorted(s.gpu_mem_gib.items())})
@@ -88,6 +90,9 @@ def charts(s: RunSeries, duration_s: float) -> list[str]:
             add("GPU power", "W", {f"GPU {i}": p for i, p in sorted(s.gpu_power_w.items())})
     if s.cpu_pct:
         add("CPU", "% of the machine", {"all cores": s.cpu_pct})
+        if 1 < len(s.cpu_core_pct) <= len(COLORS):
+            cores = {f"core {c}": p for c, p in sorted(s.cpu_core_pct.items())}
+            add("CPU by core", "% of a core", cores)
         add("The job's CPU", "cores", {"job": s.job_cpu_cores})
     return out
 

@@ -1,0 +1,218 @@
+"""The run over time: what the pictures draw (the TUI's plots, the HTML report's charts).
+
+A stretch of the run (all of it, or the last minute or ten of a live one) is cut into at
+most `points` intervals of equal length (a second at least), and each measure is taken
+over each interval as the report takes it over the whole run: the step's median and
+p90, steps and samples a second, the data wait and the step's split (diagnosis/
+window.py's own definitions, on that interval's steps), each GPU's mean utilisation,
+memory and power, the host's CPU, all cores and each. A compacted stretch of a long run
+(compaction.py) has no rows: its points are its slots' rollups, one a slot.
+
+Times are seconds since the run's start, whatever the stretch, so that markers (where a
+finding was first seen, a profiler capture, an out-of-memory error, the job's end) sit
+where they happened.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterator, Reversible
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from gpudoctor.diagnosis.engine import diagnose
+from gpudoctor.diagnosis.window import WARMUP_STEPS, Window, percentile
+from gpudoctor.model import StepRecord
+from gpudoctor.timeline import RECENT_SAMPLES, RECENT_STEPS, Timeline
+
+POINTS = 120  # intervals across the run: a chart's width has room for about this many
+LOOKS = 24  # moments at which the rules are run to say when a finding was first seen
+# window.split()'s parts, in the order a step goes, and their names on a plot
+SPLIT_LABELS = {
+    "data_wait": "data wait",
+    "forward": "forward",
+    "backward": "backward",
+    "optimizer": "optimizer",
+    "other": "other",
+}
+
+Point = tuple[float, float]  # (seconds since the start, value)
+T = TypeVar("T")
+
+
+@dataclass
+class RunSeries:
+    since_s: float = 0.0  # the stretch drawn, in seconds since the run's start
+    until_s: float = 0.0
+    step_p50_ms: list[Point] = field(default_factory=list)
+    step_p90_ms: list[Point] = field(default_factory=list)
+    steps_per_s: list[Point] = field(default_factory=list)
+    samples_per_s: list[Point] = field(default_factory=list)  # when batch sizes are known
+    data_wait_pct: list[Point] = field(default_factory=list)
+    split_pct: dict[str, list[Point]] = field(default_factory=dict)  # by SPLIT_PARTS
+    gpu_util_pct: dict[int, list[Point]] = field(default_factory=dict)  # by GPU index
+    gpu_mem_gib: dict[int, list[Point]] = field(default_factory=dict)
+    gpu_power_w: dict[int, list[Point]] = field(default_factory=dict)
+    cpu_pct: list[Point] = field(default_factory=list)  # of the machine's cores
+    cpu_core_pct: dict[int, list[Point]] = field(default_factory=dict)  # by core
+    job_cpu_cores: list[Point] = field(default_factory=list)
+    ended_at_s: float | None = None  # where the job ended (a marker)
+    ended_by: str | None = None
+    first_seen_s: dict[str, float] = field(default_factory=dict)  # finding id -> when
+    profiles_s: list[float] = field(default_factory=list)  # profiler captures
+    ooms_s: list[float] = field(default_factory=list)  # out-of-memory errors
+    cursor_s: float | None = None  # a replay's position
+
+    @property
+    def empty(self) -> bool:
+        return not (self.step_p50_ms or self.gpu_util_pct or self.cpu_pct)
+
+    def markers(self) -> list[tuple[str, float]]:
+        """Every marker inside the stretch drawn, as (label, seconds), in time order."""
+        out = [(f"{id_} first seen", at) for id_, at in self.first_seen_s.items()]
+        out += [("profile", at) for at in self.profiles_s]
+        out += [("out of memory", at) for at in self.ooms_s]
+        if self.ended_at_s is not None:
+            out.append(("job ended" if self.ended_by != "oom" else "ended: OOM", self.ended_at_s))
+        return sorted(
+            ((label, at) for label, at in out if self.since_s <= at <= self.until_s + 0.5),
+            key=lambda m: m[1],
+        )
+
+
+def run_series(
+    timeline: Timeline,
+    points: int = POINTS,
+    since_ns: int | None = None,
+    until_ns: int | None = None,
+    seen: dict[str, float] | None = None,
+) -> RunSeries:
+    """The stretch [since_ns, until_ns] of the run (default: all of it) over at most
+    `points` intervals. `seen`: when each finding was first seen, as the live screens
+    saw it; without it, found by running the rules across the run (first_seen)."""
+    t0 = timeline.start_mono_ns
+    end = timeline.end_ns() if until_ns is None else until_ns
+    start = max(t0, since_ns) if since_ns is not None else t0
+    span_ns = max(1, end - start)
+    width_ns = max(10**9, -(-span_ns // max(1, points)))
+
+    def at(t_ns: int) -> int:
+        return max(0, (t_ns - start) // width_ns)
+
+    def middle(i: int) -> float:
+        return round((start - t0 + (i + 0.5) * width_ns) / 1e9, 1)
+
+    out = RunSeries(since_s=round((start - t0) / 1e9, 1), until_s=round((end - t0) / 1e9, 1))
+    main = timeline.main_pid()
+    facts = timeline.facts.get(main, {}) if main is not None else {}
+    steps: dict[int, list[StepRecord]] = {}
+    rows = timeline.steps.get(main, ()) if main is not None else ()
+    for s in _inside(rows, start, end, lambda s: s.t_end_mono_ns):
+        if s.number >= WARMUP_STEPS:
+            steps.setdefault(at(s.t_end_mono_ns), []).append(s)
+    for t_ns, _rows, rollup in timeline.slots.get(main, ()) if main is not None else ():
+        if rollup.count and start <= t_ns <= end:  # a compacted stretch: its own measures
+            x = round((t_ns - t0) / 1e9, 1)
+            one = Window(rollup=rollup, facts=facts)
+            _add_steps(out, x, one, rollup.quantile_ms(0.5), rollup.quantile_ms(0.9))
+            out.steps_per_s.append((x, round(rollup.count / (rollup.wall_ns / 1e9), 2)))
+    for i in sorted(steps):
+        taken = steps[i]
+        walls = [s.wall_ns / 1e6 for s in taken]
+        x = middle(i)
+        one = Window(steps=tuple(taken), facts=facts)
+        _add_steps(out, x, one, statistics.median(walls), percentile(walls, 90))
+        out.steps_per_s.append((x, round(len(taken) / (width_ns / 1e9), 2)))
+        detailed = one.detailed_steps
+        batches = [s.batch_size for s in detailed if s.batch_size]
+        if batches and len(batches) == len(detailed):
+            rate = statistics.fmean(batches) * len(taken) / (width_ns / 1e9)
+            out.samples_per_s.append((x, round(rate, 1)))
+    gpus: dict[tuple[int, int], list[tuple[float | None, float | None, float | None]]] = {}
+    for g in _inside(timeline.gpus, start, end, lambda g: g.t_mono_ns):
+        mem = g.mem_used_bytes / 2**30 if g.mem_used_bytes is not None else None
+        util = float(g.util_gpu_pct) if g.util_gpu_pct is not None else None
+        gpus.setdefault((g.index, at(g.t_mono_ns)), []).append((util, mem, g.power_w))
+    for (index, i), readings in sorted(gpus.items()):
+        for n, by_gpu in enumerate((out.gpu_util_pct, out.gpu_mem_gib, out.gpu_power_w)):
+            values = [v for r in readings if (v := r[n]) is not None]
+            if values:
+                by_gpu.setdefault(index, []).append((middle(i), round(statistics.fmean(values), 1)))
+    host: dict[int, list[tuple[float, float, tuple[float, ...]]]] = {}
+    for h in _inside(timeline.host, start, end, lambda h: h.t_mono_ns):
+        host.setdefault(at(h.t_mono_ns), []).append(
+            (h.cpu_pct, h.job_cpu_cores, h.cpu_pct_per_core)
+        )
+    for i, taken_h in sorted(host.items()):
+        x = middle(i)
+        out.cpu_pct.append((x, round(statistics.fmean(c for c, _, _ in taken_h), 1)))
+        out.job_cpu_cores.append((x, round(statistics.fmean(j for _, j, _ in taken_h), 2)))
+        for core in range(max(len(per) for _, _, per in taken_h)):
+            values = [per[core] for _, _, per in taken_h if core < len(per)]
+            out.cpu_core_pct.setdefault(core, []).append((x, round(statistics.fmean(values), 1)))
+    # a compacted stretch's points came first: all in time order
+    for line in (out.step_p50_ms, out.step_p90_ms, out.steps_per_s, out.data_wait_pct):
+        line.sort()
+    for line in out.split_pct.values():
+        line.sort()
+    ended = timeline.end_mono_ns
+    if ended is not None and timeline.exit is not None and (until_ns is None or ended <= until_ns):
+        out.ended_at_s = round((ended - t0) / 1e9, 1)
+        out.ended_by = timeline.exit.ended_by
+    out.profiles_s = [round((t - t0) / 1e9, 1) for t in timeline.profiles if t <= end]
+    out.ooms_s = [round((t - t0) / 1e9, 1) for t in oom_times(timeline) if t <= end]
+    out.first_seen_s = dict(seen) if seen is not None else first_seen(timeline, until_ns=end)
+    return out
+
+
+def _add_steps(out: RunSeries, x: float, one: Window, p50: float, p90: float) -> None:
+    out.step_p50_ms.append((x, round(p50, 3)))
+    out.step_p90_ms.append((x, round(p90, 3)))
+    out.data_wait_pct.append((x, round(one.data_wait_fraction * 100, 1)))
+    for part, share in one.split().items():
+        out.split_pct.setdefault(part, []).append((x, round(share * 100, 1)))
+
+
+def _inside(rows: Reversible[T], start: int, end: int, t: Any) -> Iterator[T]:
+    """The rows (in time order) from `start` to `end`: read from the newest back, so
+    the last minute of a long run costs a minute's rows, not the run's."""
+    kept: list[T] = []
+    for row in reversed(rows):
+        when = t(row)
+        if when < start:
+            break
+        if when <= end:
+            kept.append(row)
+    return reversed(kept)
+
+
+def oom_times(timeline: Timeline) -> list[int]:
+    """When a process's CUDA allocator counted a new out-of-memory error (its gauges),
+    or the job ended of one."""
+    out: list[int] = []
+    last: dict[int, int] = {}
+    for pid, gauges in timeline.gauges:
+        ooms = int(gauges.get("ooms", 0) or 0)
+        if ooms > last.get(pid, 0) and "t" in gauges:
+            out.append(int(gauges["t"]))
+        last[pid] = max(ooms, last.get(pid, 0))
+    return out
+
+
+def first_seen(
+    timeline: Timeline, looks: int = LOOKS, until_ns: int | None = None
+) -> dict[str, float]:
+    """When each finding was first raised, as the live screens would have raised it:
+    the rules over the screens' recent window, at `looks` moments across the run (the
+    end of each; within a run's 1/looks)."""
+    start = timeline.start_mono_ns
+    end = timeline.end_ns() if until_ns is None else until_ns
+    seen: dict[str, float] = {}
+    for k in range(1, looks + 1):
+        until = start + (end - start) * k // looks
+        w = timeline.window(RECENT_STEPS, RECENT_SAMPLES, until)
+        if not (w.steps or w.host):
+            continue
+        for f in diagnose(w):
+            seen.setdefault(f.id, round((until - start) / 1e9, 1))
+    return seen
