@@ -20,6 +20,7 @@ from gpudoctor.diagnosis.window import Window, percentile
 from gpudoctor.model import Finding, GpuSample, HostSample, JobExit
 from gpudoctor.prescribe.predict import Prediction, first_remedy
 from gpudoctor.redact import redact_argv, redact_text
+from gpudoctor.series import RunSeries
 from gpudoctor.terminal import OutputLine, TerminalView
 from gpudoctor.timeline import RECENT_SAMPLES, RECENT_STEPS, Timeline
 
@@ -58,6 +59,8 @@ class Snapshot:
     speed_of_light: SpeedOfLight | None = None  # once the probe counted a step's FLOPs
     # what each finding's first remedy is predicted to buy, by finding id (when known)
     predictions: dict[str, Prediction] = field(default_factory=dict)
+    # the run over time (series.py), when a screen shows plots (their stretch)
+    series: RunSeries | None = None
 
     @property
     def running(self) -> bool:

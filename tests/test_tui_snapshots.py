@@ -31,3 +31,14 @@ def test_finding_screen_at_80x24(snap_compare: Any) -> None:
 
 def test_help_at_80x24(snap_compare: Any) -> None:
     assert snap_compare(replay(), press=["question_mark"], terminal_size=(80, 24))
+
+
+def test_history_at_160x48(snap_compare: Any) -> None:
+    """h: every plot of the run (GPU plots too: the session ran on an H200), the
+    markers numbered on the plots and named below them, the replay's position."""
+    assert snap_compare(replay(), press=["h"], terminal_size=(160, 48))
+
+
+def test_history_at_80x24(snap_compare: Any) -> None:
+    """A small terminal: one plot a row, scrolled, the footer's keys still there."""
+    assert snap_compare(replay(), press=["h"], terminal_size=(80, 24))

@@ -7,12 +7,15 @@ the command line then concludes the run as usual.
 
 from __future__ import annotations
 
+import math
 import threading
+from dataclasses import replace
 from typing import Protocol
 
 from gpudoctor.jobs import JobSource
 from gpudoctor.metrics import RunCollector
 from gpudoctor.model import JobExit
+from gpudoctor.series import POINTS, RunSeries, run_series
 from gpudoctor.snapshot import Snapshot, take
 from gpudoctor.terminal import TerminalView
 from gpudoctor.timeline import Timeline
@@ -42,6 +45,12 @@ class Follower:
         self._lock = threading.Lock()
         self._ended = False
         self._thread = threading.Thread(target=self._run, name="gpudoctor-loop")
+        # the plots' stretch while a screen shows them (seconds; inf: the whole run;
+        # None: no plots shown, none drawn), set from the app's thread
+        self.plot_s: float | None = None
+        self._series: RunSeries | None = None
+        self._series_at: tuple[float | None, int] = (None, 0)  # its stretch, and when
+        self._seen: dict[str, float] = {}  # when each finding was first seen
 
     def start(self) -> None:
         """Begin following (once; a second call does nothing)."""
@@ -66,7 +75,26 @@ class Follower:
         return self._ended
 
     def _snapshot(self, timeline: Timeline) -> Snapshot:
-        return take(timeline, self.source.job_pid, self.output)
+        snapshot = take(timeline, self.source.job_pid, self.output)
+        for f in snapshot.findings:
+            self._seen.setdefault(f.id, round(snapshot.elapsed_s, 1))
+        span = self.plot_s
+        if span is None:
+            self._series = None
+            return snapshot
+        return replace(snapshot, series=self._plotted(timeline, span, snapshot.t_mono_ns))
+
+    def _plotted(self, timeline: Timeline, span: float, now: int) -> RunSeries:
+        """The run over the stretch shown, drawn again once an interval of it has
+        passed (a second for the last minute, an hour's run's 30 s for the whole of it):
+        before that, the new readings would not move a point."""
+        since = None if math.isinf(span) else now - int(span * 1e9)
+        width_ns = max(10**9, (now - (since or timeline.start_mono_ns)) // POINTS)
+        drawn_span, drawn_at = self._series_at
+        if self._series is None or drawn_span != span or now - drawn_at >= width_ns:
+            self._series = run_series(timeline, POINTS, since, None, seen=dict(self._seen))
+            self._series_at = (span, now)
+        return self._series
 
     def _run(self) -> None:
         try:

@@ -5,10 +5,12 @@ worker, or a recorded one moved through in time. Built by `make_live_app` and
 from __future__ import annotations
 
 import asyncio
+import math
 import os
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from textual import on
+from textual import events, on
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
@@ -16,9 +18,11 @@ from textual.widgets import Footer, Header, OptionList
 
 from gpudoctor.model import JobExit
 from gpudoctor.report.render import ended_words
+from gpudoctor.series import POINTS, RunSeries, first_seen, run_series
 from gpudoctor.snapshot import Snapshot, take, timeline_span
 from gpudoctor.timeline import Timeline
 from gpudoctor.tui.messages import JobExited, SessionFailed, SnapshotReady
+from gpudoctor.tui.plots import RANGES, STRIP_RANGE_S, HistoryStrip, PlotsScreen
 from gpudoctor.tui.screens import (
     FindingScreen,
     HelpScreen,
@@ -33,7 +37,9 @@ if TYPE_CHECKING:  # the app only follows what it is given: no need to load the 
     from gpudoctor.app.follow import Follower
 
 REPLAY_STEP_S = 5.0
-TALL_ROWS = 40  # from this many rows the findings panel is as tall as its content
+TALL_ROWS = 40  # from this many rows the findings panel is as tall as its content,
+# and the main screen shows plots of the run (HistoryStrip)
+WIDE_COLUMNS = 160  # from this many columns the main screen's plots are three
 MIN_PANEL_ROWS = 5  # the host and job panels keep at least this many rows
 REPLAY_PAGE_S = 60.0
 
@@ -49,6 +55,7 @@ class DoctorApp(App[JobExit | None]):
         Binding("enter", "open_finding", "Remedies", show=True),
         Binding("o", "output", "Output"),
         Binding("r", "ranks", "Ranks", show=False),
+        Binding("h", "plots", "History"),
     ]
 
     def __init__(self, lang: str = "en") -> None:
@@ -60,6 +67,9 @@ class DoctorApp(App[JobExit | None]):
         # `t` on a finding's screen: the remedy to trial once the app has closed (the
         # command line runs `gpudoctor trial --apply REMEDY` over the same command)
         self.trial_request: str | None = None
+        self.plots: PlotsScreen | None = None  # the plots screen, while it is open
+        self.plot_range = len(RANGES) - 1  # the stretch it shows (the whole run at first)
+        self.tall = False  # a tall terminal: findings as tall as they need, a strip of plots
 
     def request_trial(self, remedy: str) -> None:
         self.trial_request = remedy
@@ -73,6 +83,7 @@ class DoctorApp(App[JobExit | None]):
         with Horizontal(id="panels"):
             yield HostPanel(id="host-panel")
             yield JobPanel(id="job-panel")
+        yield HistoryStrip(id="history-strip")
         yield OutputPanel(id="output-panel")
         findings = FindingsPanel(id="findings-panel")
         findings.lang = self.lang
@@ -83,14 +94,43 @@ class DoctorApp(App[JobExit | None]):
         """Nothing to set up here: NO_COLOR is honoured by Textual itself (App.no_color
         turns the output monochrome)."""
 
-    def on_resize(self) -> None:
+    def on_resize(self, event: events.Resize) -> None:
+        # the event's size: the app's own is updated after this handler runs
         # the GPU panel's layout follows the screen's height, which may change alone
-        self.query_one(GpuPanel).rerender()
+        self.call_after_refresh(self.query_one(GpuPanel).rerender)
         # a tall screen gives the findings what they need and the output the rest; a
         # short one keeps its fixed share (content-sized findings would push it off)
-        tall = self.size.height >= TALL_ROWS
+        self.tall = tall = event.size.height >= TALL_ROWS
         self.query_one(FindingsPanel).styles.height = "auto" if tall else "30%"
+        strip = self.query_one(HistoryStrip)
+        strip.display = tall
+        strip.set_class(event.size.width >= WIDE_COLUMNS, "wide")
+        self.want_plots(self.plot_span())
         self.call_after_refresh(self._fit_panels)
+
+    # -- plots -------------------------------------------------------------------------
+
+    def plot_span(self) -> float | None:
+        """The stretch the plots shown need (seconds, inf: all), None when none shows."""
+        if self.plots is not None:
+            return RANGES[self.plot_range][1]
+        return STRIP_RANGE_S if self.tall else None
+
+    def want_plots(self, span_s: float | None) -> None:
+        """Snapshots carry the run over this stretch from now on (the source's part)."""
+
+    def action_plots(self) -> None:
+        self.plots = PlotsScreen(self.snapshot.series if self.snapshot else None, self.plot_range)
+        self.push_screen(self.plots, lambda _: self._plots_closed())
+        self.want_plots(self.plot_span())
+
+    def set_plot_range(self, index: int) -> None:
+        self.plot_range = index
+        self.want_plots(self.plot_span())
+
+    def _plots_closed(self) -> None:
+        self.plots = None
+        self.want_plots(self.plot_span())
 
     # -- snapshots down ------------------------------------------------------------------
 
@@ -111,6 +151,14 @@ class DoctorApp(App[JobExit | None]):
         for panel in (GpuPanel, HostPanel, JobPanel, OutputPanel):
             self.query_one(panel).snapshot = snapshot
         self.query_one(FindingsPanel).show(snapshot)
+        strip = self.query_one(HistoryStrip)
+        if strip.display:
+            strip.draw(snapshot.series)
+        if self.plots is not None:
+            if self.plots.is_mounted:
+                self.plots.draw(snapshot.series)
+            else:  # pushed, not yet mounted: it draws these when it mounts
+                self.plots.series = snapshot.series
         self.sub_title = self.status_words(snapshot)
         self.call_after_refresh(self._fit_panels)  # with the other panels laid out
 
@@ -121,7 +169,7 @@ class DoctorApp(App[JobExit | None]):
         rows = max(self.query_one(HostPanel).lines, self.query_one(JobPanel).lines) + 2
         # never more than the screen leaves them (the output hides first): a short
         # screen crops their last lines rather than scroll the whole screen
-        others = (GpuPanel, FindingsPanel, Header, Footer)
+        others = (GpuPanel, FindingsPanel, HistoryStrip, Header, Footer)
         room = self.size.height - sum(self.query_one(w).outer_size.height for w in others)
         rows = min(rows, max(MIN_PANEL_ROWS, room))
         if rows > 2 and rows != self._panel_rows:
@@ -199,6 +247,9 @@ class LiveApp(DoctorApp):
 
     def on_snapshot(self, snapshot: Snapshot) -> None:
         self.post_message(SnapshotReady(snapshot))
+
+    def want_plots(self, span_s: float | None) -> None:
+        self.follower.plot_s = span_s  # the loop's next tick draws them
 
     def on_end(self, job_exit: JobExit | None, error: str | None, snapshot: Snapshot) -> None:
         if error is not None or job_exit is None:
@@ -309,6 +360,8 @@ class ReplayApp(DoctorApp):
         self.session_id = session_id
         self.start_ns, self.end_ns = timeline_span(timeline)
         self.cursor_ns = self.end_ns
+        self.plot_s: float | None = None
+        self._seen: dict[str, float] | None = None  # when each finding was first seen
 
     def on_mount(self) -> None:
         super().on_mount()
@@ -318,7 +371,28 @@ class ReplayApp(DoctorApp):
         self.cursor_ns = max(self.start_ns, min(self.end_ns, t_ns))
         at_end = self.cursor_ns >= self.end_ns
         snapshot = take(self.timeline, None, None, None if at_end else self.cursor_ns)
+        if self.plot_s is not None:
+            snapshot = replace(snapshot, series=self._series(self.plot_s))
         self.show(snapshot)
+
+    def want_plots(self, span_s: float | None) -> None:
+        if span_s != self.plot_s:
+            self.plot_s = span_s
+            if self.snapshot is not None:  # drawn once already (on_mount)
+                self._render_at(self.cursor_ns)
+
+    def _series(self, span_s: float) -> RunSeries:
+        """The whole recorded run with the replay's position marked, or the stretch
+        before the position (the last minute or ten as they were then)."""
+        if self._seen is None:
+            self._seen = first_seen(self.timeline)
+        if math.isinf(span_s):
+            since, until = None, None
+        else:
+            since, until = self.cursor_ns - int(span_s * 1e9), self.cursor_ns
+        series = run_series(self.timeline, POINTS, since, until, seen=self._seen)
+        series.cursor_s = round((self.cursor_ns - self.start_ns) / 1e9, 1)
+        return series
 
     def status_words(self, s: Snapshot) -> str:
         at = (self.cursor_ns - self.start_ns) / 1e9

@@ -180,6 +180,13 @@ HELP_KEYS = (
     ),
     ("p", "torch.profiler over the next 20 steps: the top operators"),
     (
+        "h",
+        "the run over time: step time, throughput, data wait, where a step goes, GPU "
+        "and CPU; 1 the last minute, 2 ten minutes, 3 the whole run; numbered lines "
+        "mark where findings were first seen, profiles, out-of-memory errors, the end "
+        "(a terminal of 40 rows or more keeps a strip of them on the main screen)",
+    ),
+    (
         "q",
         "quit: asks whether to stop the job (s) or leave it running (l); a watched job "
         "is always left running",

@@ -1,0 +1,342 @@
+"""The run over time, as plots: `h` opens them all; a tall screen keeps two or three of
+them on the main screen (HistoryStrip).
+
+Drawn with textual-plotext (Textualize's widget over Plotext): Plotext draws line plots
+in braille, filled areas, vertical markers and text on the plot, which is what these
+need, and the widget follows the app's theme. The data is the snapshot's RunSeries
+(gpudoctor/series.py): the plots never read the timeline.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult, RenderResult
+from textual.binding import Binding
+from textual.containers import Grid, Horizontal, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Static
+from textual_plotext import PlotextPlot
+
+from gpudoctor.series import SPLIT_LABELS, Point, RunSeries
+
+# the stretches a person can choose: (key, seconds, words); inf: the whole run
+RANGES = (("1", 60.0, "last minute"), ("2", 600.0, "last 10 minutes"), ("3", math.inf, "whole run"))
+STRIP_RANGE_S = 600.0  # the main screen's plots: the last ten minutes
+MAX_LINES = 8  # lines in one plot (GPUs, cores) beyond which it draws their spread
+PLOT_ROWS = 12  # a plot's height on the plots screen
+# the step's parts, drawn stacked: each part's colour (data wait stands out)
+SPLIT_COLORS = {
+    "data_wait": "red",
+    "forward": "blue",
+    "backward": "cyan",
+    "optimizer": "green",
+    "other": "gray",
+}
+
+
+class RunPlot(PlotextPlot):
+    """One measure over the run: `kind` names which (KINDS)."""
+
+    KINDS = ("step", "rate", "wait", "split", "gpu_util", "gpu_mem", "gpu_power", "cpu")
+
+    def __init__(self, kind: str, markers: bool = True, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.kind = kind
+        self.markers = markers  # numbered where findings, profiles, the end happened
+        self.drawn: RunSeries | None = None
+        self.title = ""  # what it shows, once drawn (tests read it)
+        self.trouble: str | None = None  # why Plotext could not draw it, if it could not
+
+    def draw(self, s: RunSeries | None) -> None:
+        if s is self.drawn:
+            return
+        self.drawn = s
+        try:
+            self._draw(s)
+        except Exception as error:  # Plotext's trouble: one plot says so, the doctor goes on
+            self.trouble = f"{type(error).__name__}: {error}"
+        else:
+            self.trouble = None
+        self.refresh()
+
+    def render(self) -> RenderResult:
+        if self.trouble is None:
+            try:
+                return super().render()
+            except Exception as error:
+                self.trouble = f"{type(error).__name__}: {error}"
+        return Text(f"{self.title or TITLES[self.kind]}: cannot draw ({self.trouble})", "dim")
+
+    def _draw(self, s: RunSeries | None) -> None:
+        plt = self.plt
+        plt.clear_figure()
+        if s is None or s.empty:
+            plt.title(f"{TITLES[self.kind]}: no readings yet")
+            self.title = TITLES[self.kind]
+            return
+        lines = [line for line in self._lines(s) if line[1]]  # those with readings
+        self.title = (
+            TITLES[self.kind] if self.kind != "rate" or not s.samples_per_s else "samples/s"
+        )
+        plt.title(self.title + ("" if lines else ": none measured"))
+        until = max(s.until_s, s.since_s + 1.0)
+        plt.xlim(s.since_s, until)
+        ticks = time_ticks(s.since_s, until)
+        plt.xticks([at for at, _ in ticks], [words for _, words in ticks])
+        plt.xlabel("since the start")
+        top = 0.0
+        for name, points, color, fill in lines:
+            xs, ys = [x for x, _ in points], [y for _, y in points]
+            plt.plot(xs, ys, label=name, color=color, marker="braille", fillx=fill)
+            top = max([top, *ys])
+        if self.kind in PERCENT:
+            plt.ylim(0, 100)
+            plt.yticks([0, 25, 50, 75, 100])
+        else:
+            plt.ylim(0, top * 1.05 or 1.0)
+        for n, _words, at in numbered_markers(s) if self.markers else []:
+            plt.vline(at, "gray")
+            # on the bottom row: the legend holds the top left
+            plt.text(str(n), at, 0.0, color="gray")
+        if s.cursor_s is not None:
+            plt.vline(s.cursor_s, "yellow")
+
+    def _lines(self, s: RunSeries) -> list[tuple[str, list[Point], str | None, bool]]:
+        """(name, points, colour, filled) of each line, in the order they are drawn."""
+        k = self.kind
+        if k == "step":
+            return [("p50", s.step_p50_ms, "cyan", False), ("p90", s.step_p90_ms, "magenta", False)]
+        if k == "rate":
+            rate = s.samples_per_s or s.steps_per_s
+            return [("samples/s" if s.samples_per_s else "steps/s", rate, "green", False)]
+        if k == "wait":
+            return [("data wait %", s.data_wait_pct, "red", True)]
+        if k == "split":
+            return stacked(s.split_pct)
+        if k == "cpu":
+            if len(s.cpu_core_pct) <= MAX_LINES:
+                return [(f"core {c}", p, None, False) for c, p in sorted(s.cpu_core_pct.items())]
+            return spread(s.cpu_core_pct, "cores") + [("all", s.cpu_pct, "white", False)]
+        by_gpu = {"gpu_util": s.gpu_util_pct, "gpu_mem": s.gpu_mem_gib, "gpu_power": s.gpu_power_w}
+        series = by_gpu[k]
+        if len(series) <= MAX_LINES:
+            return [(f"GPU {i}", p, None, False) for i, p in sorted(series.items())]
+        return spread(series, "GPUs")
+
+
+PERCENT = ("wait", "split", "gpu_util", "cpu")  # plots from 0 to 100%
+TITLES = {
+    "step": "step time, ms (p50, p90)",
+    "rate": "steps/s",
+    "wait": "waiting for data, % of step",
+    "split": "where a step goes, % (stacked)",
+    "gpu_util": "GPU utilisation, %",
+    "gpu_mem": "GPU memory used, GiB",
+    "gpu_power": "GPU power, W",
+    "cpu": "CPU by core, %",
+}
+
+
+def stacked(parts: dict[str, list[Point]]) -> list[tuple[str, list[Point], str | None, bool]]:
+    """The step's parts as stacked areas: each part's line is the sum of it and the
+    parts before it, drawn from the top down so that each fills down to the next."""
+    order = [k for k in SPLIT_LABELS if k in parts]
+    totals: dict[float, float] = {}
+    cumulative: list[tuple[str, list[Point]]] = []
+    for k in order:
+        line = []
+        for x, y in parts[k]:
+            totals[x] = totals.get(x, 0.0) + y
+            line.append((x, round(totals[x], 1)))
+        cumulative.append((k, line))
+    return [(SPLIT_LABELS[k], line, SPLIT_COLORS[k], True) for k, line in reversed(cumulative)]
+
+
+def spread(
+    series: dict[int, list[Point]], what: str
+) -> list[tuple[str, list[Point], str | None, bool]]:
+    """Many lines (a 64-core host, a 16-GPU node) as their lowest and highest at each
+    time: one line each would be unreadable."""
+    at: dict[float, list[float]] = {}
+    for points in series.values():
+        for x, y in points:
+            at.setdefault(x, []).append(y)
+    xs = sorted(at)
+    return [
+        (f"highest of {len(series)} {what}", [(x, max(at[x])) for x in xs], "red", False),
+        (f"lowest of {len(series)} {what}", [(x, min(at[x])) for x in xs], "blue", False),
+    ]
+
+
+# the steps between time ticks (seconds): the first giving at most TICKS of them
+TICK_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200, 86400)
+TICKS = 5
+
+
+def time_ticks(since_s: float, until_s: float) -> list[tuple[float, str]]:
+    """Round times between since and until, in words a person reads: 40 s, 2 min,
+    1 h 30, 3 d 4 h."""
+    span = until_s - since_s
+    step = next(
+        (t for t in TICK_STEPS if span / t <= TICKS), 86400 * math.ceil(span / 86400 / TICKS)
+    )
+    first = math.ceil(since_s / step) * step
+    return [(float(at), clock(at, step)) for at in range(int(first), int(until_s) + 1, step)]
+
+
+def clock(seconds: int, step: int) -> str:
+    """A tick's time, as precise as the ticks' step needs."""
+    s = seconds
+    if s == 0:
+        return "0"
+    if step < 60:
+        if s < 120:
+            return f"{s} s"
+        h, m, sec = s // 3600, s // 60 % 60, s % 60
+        return f"{h}:{m:02d}:{sec:02d}" if h else f"{m}:{sec:02d}"
+    if step < 3600:
+        h, m = divmod(s // 60, 60)
+        return f"{m} min" if h == 0 else f"{h} h {m:02d}"
+    if step < 86400:
+        d, h = divmod(s // 3600, 24)
+        return f"{h} h" if d == 0 else f"{d} d {h} h"
+    return f"{s // 86400} d"
+
+
+def numbered_markers(s: RunSeries) -> list[tuple[int, str, float]]:
+    """The markers as (number, words, seconds): those closer than a fiftieth of the
+    stretch share a number (one place on a plot: findings first raised together)."""
+    near = max(1.0, (s.until_s - s.since_s) / 50)
+    groups: list[tuple[list[str], float]] = []
+    for label, at in s.markers():
+        if groups and at - groups[-1][1] < near:
+            groups[-1][0].append(label)
+        else:
+            groups.append(([label], at))
+    return [(n, joined(labels), at) for n, (labels, at) in enumerate(groups, start=1)]
+
+
+def joined(labels: list[str]) -> str:
+    """Markers at one place in words: "a, b first seen; profile"."""
+    found = [label.removesuffix(" first seen") for label in labels if label.endswith(" first seen")]
+    rest = [label for label in labels if not label.endswith(" first seen")]
+    return "; ".join(([", ".join(found) + " first seen"] if found else []) + rest)
+
+
+def marker_words(s: RunSeries | None) -> Text:
+    """The numbered markers' legend (the plots carry the numbers)."""
+    out = Text()
+    if s is None:
+        return out
+    for n, words, at in numbered_markers(s):
+        out.append(f"{n}", "bold")
+        out.append(f" {words} at {at:.0f} s   ")
+    if s.cursor_s is not None:
+        out.append("yellow line", "yellow")
+        out.append(f": the replay's position ({s.cursor_s:.0f} s)")
+    return out
+
+
+def plot_kinds(s: RunSeries | None) -> list[str]:
+    """The plots worth drawing for a run: no GPU plots on a CPU-only machine."""
+    kinds = ["step", "rate", "wait", "split"]
+    if s is None or s.gpu_util_pct:
+        kinds += ["gpu_util", "gpu_mem"]
+        if s is None or s.gpu_power_w:
+            kinds.append("gpu_power")
+    return kinds + ["cpu"]
+
+
+class PlotsScreen(Screen[None]):
+    """Every plot, for the stretch chosen (1, 2, 3); a replay's seek keys move the
+    yellow line; Esc goes back."""
+
+    BINDINGS = [
+        Binding("escape,q,h", "dismiss", "Back"),
+        Binding("1", "range(0)", "Last min"),
+        Binding("2", "range(1)", "Last 10 min"),
+        Binding("3", "range(2)", "Whole run"),
+        Binding("down,j", "scroll_plots(3)", show=False),
+        Binding("up,k", "scroll_plots(-3)", show=False),
+        # a page: space (a replay's page keys move its position a minute)
+        Binding("space", "scroll_plots(0.8)", show=False),
+    ]
+
+    def __init__(self, series: RunSeries | None, range_index: int = 2) -> None:
+        super().__init__()
+        self.series = series
+        self.range_index = range_index
+        self.kinds = plot_kinds(series)
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(id="plots-range")
+        with VerticalScroll(id="plots-scroll"), Grid(id="plots-grid"):
+            for kind in self.kinds:
+                yield RunPlot(kind, classes="run-plot")
+        yield Static(id="plots-markers")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self._columns()
+        self.draw(self.series)
+
+    def on_resize(self) -> None:
+        self._columns()
+
+    def _columns(self) -> None:
+        """Two plots a row from 120 columns, three from 200; rows fill the screen's
+        height when they fit in it."""
+        width, height = self.app.size
+        columns = 3 if width >= 200 else 2 if width >= 120 else 1
+        grid = self.query_one("#plots-grid", Grid)
+        grid.styles.grid_size_columns = columns
+        rows = -(-len(self.kinds) // columns)
+        room = max(PLOT_ROWS, (height - 5) // rows) if rows else PLOT_ROWS
+        grid.styles.grid_rows = str(min(room, 2 * PLOT_ROWS))
+        grid.styles.height = "auto"
+
+    def draw(self, series: RunSeries | None) -> None:
+        self.series = series
+        _key, _span, words = RANGES[self.range_index]
+        shown = ""
+        if series is not None:
+            shown = f" ({series.since_s:.0f} s to {series.until_s:.0f} s)"
+        self.query_one("#plots-range", Static).update(
+            Text.assemble(("  " + words + shown, "bold"), "   1 last minute  2 last 10 min  3 all")
+        )
+        for plot in self.query(RunPlot):
+            plot.draw(series)
+        self.query_one("#plots-markers", Static).update(marker_words(series))
+
+    def action_scroll_plots(self, by: float) -> None:
+        """Down or up a few rows, or (a fraction) most of a screen."""
+        scroll = self.query_one("#plots-scroll", VerticalScroll)
+        rows = by if abs(by) >= 1 else by * scroll.size.height
+        scroll.scroll_relative(y=round(rows), animate=False)
+
+    def action_range(self, index: int) -> None:
+        self.range_index = index
+        setter = getattr(self.app, "set_plot_range", None)  # the doctor's app
+        if setter is not None:
+            setter(index)
+
+
+class HistoryStrip(Horizontal):
+    """The main screen's plots on a tall terminal: the step time, and the GPU's
+    utilisation (the CPU's on a CPU-only machine), and on a wide one the data wait."""
+
+    def compose(self) -> ComposeResult:
+        # no markers: their names are on the plots screen, not here
+        yield RunPlot("step", markers=False, classes="strip-plot")
+        yield RunPlot("wait", markers=False, classes="strip-plot wide-only")
+        yield RunPlot("gpu_util", markers=False, classes="strip-plot")
+
+    def draw(self, s: RunSeries | None) -> None:
+        plots = list(self.query(RunPlot))
+        plots[-1].kind = "gpu_util" if s is None or s.gpu_util_pct else "cpu"
+        for plot in plots:
+            plot.draw(s)
