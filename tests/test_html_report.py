@@ -113,3 +113,56 @@ def test_what_the_page_shows_is_escaped_and_masked(tmp_path: Path) -> None:
     assert "hf_abcdefghijklmnopqrstuvwxyz123456" not in made.stdout
     assert "--hf-token ***" in made.stdout
     assert "<b>bold</b>" not in made.stdout and "&lt;b&gt;bold&lt;/b&gt;" in made.stdout
+
+
+def test_compare_overlays_two_runs_and_a_markdown_report_shows_its_charts(
+    tmp_path: Path,
+) -> None:
+    """`compare A B --format html`: both runs on each chart, one page, nothing fetched;
+    `run --report r.md` writes r.svg beside it and shows it; `report N --svg F`."""
+    store = tmp_path / "s.db"
+    for work, report in (("6", "slow.md"), ("1", "fast.md")):
+        run = doctor(
+            "--store", str(store), "run", "--headless", "--report", str(tmp_path / report),
+            "--", PY, str(SAMPLES / "dataloader_bound.py"), "--steps", "150", "--decode-work", work,
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr
+    made = doctor("--store", str(store), "compare", "1", "2", "--format", "html")
+    assert made.returncode == 0, made.stderr
+    assert "<script" not in made.stdout and "<link" not in made.stdout
+    page = tmp_path / "compare.html"
+    page.write_text(made.stdout)
+    dom = browse(page, tmp_path, "--dump-dom")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    # step time, samples/s, data wait, CPU, the job's CPU: each with both runs
+    assert dom.stdout.count("<svg") >= 5
+    assert dom.stdout.count("baseline (session 1)") >= 5
+    assert dom.stdout.count("treatment (session 2)") >= 5
+    assert "faster" in dom.stdout or "slower" in dom.stdout or "no difference" in dom.stdout
+    assert pages_requests(tmp_path / "net.json") == set()
+    said = [line for line in dom.stderr.splitlines() if "CONSOLE" in line]
+    assert not said, said
+    # the faster run (less decoding a sample) is drawn faster: its median step shorter
+    opened = Store(store)
+    slow, fast = (run_series(opened.load(i)) for i in (1, 2))
+    opened.close()
+    med = [sorted(v for _, v in s.step_p50_ms)[len(s.step_p50_ms) // 2] for s in (slow, fast)]
+    assert med[1] < med[0]
+
+    # the Markdown beside its charts: the image link resolves to a drawn SVG
+    md = (tmp_path / "fast.md").read_text()
+    assert "![The run over time](fast.svg)" in md
+    svg = tmp_path / "fast.svg"
+    assert svg.read_text().count("<svg") >= 6  # the file's own and five charts
+    shot = browse(svg, tmp_path, "--window-size=960,1400", "--screenshot=svg.png")
+    assert shot.returncode == 0 and (tmp_path / "svg.png").stat().st_size > 20_000
+    # a recorded session's Markdown with its charts in a file of the user's naming
+    again = doctor("--store", str(store), "report", "1", "--svg", str(tmp_path / "one.svg"))
+    assert again.returncode == 0, again.stderr
+    assert f"![The run over time]({tmp_path / 'one.svg'})" in again.stdout
+    assert (tmp_path / "one.svg").read_text().count("<svg") >= 6
+    # --svg is for the Markdown, and an SVG file: said in one line, exit 2
+    for bad in (["--svg", str(tmp_path / "x.png")], ["--format", "html", "--svg", "x.svg"]):
+        wrong = doctor("--store", str(store), "report", "1", *bad)
+        assert wrong.returncode == 2 and wrong.stderr.count("\n") == 1, wrong.stderr
+        assert "Traceback" not in wrong.stderr

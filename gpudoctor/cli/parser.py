@@ -167,7 +167,10 @@ def build_parser() -> argparse.ArgumentParser:
     compare = add("compare", "compare two recorded runs: samples/s, speedup, symptoms")
     compare.add_argument("baseline", help="session id of the first run")
     compare.add_argument("treatment", help="session id of the second run (or `last`)")
-    compare.add_argument("--format", choices=("text", "json"), default="text")
+    compare.add_argument(
+        "--format", choices=("text", "json", "html"), default="text",
+        help="html: one self-contained page, the two runs over time overlaid (to stdout)",
+    )  # fmt: skip
 
     history = add("history", "recorded sessions, newest first")
     history.add_argument("--limit", type=int, default=20, help="how many to list (default 20)")
@@ -182,6 +185,11 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument(
         "--format", choices=("md", "json", "html"), default="md",
         help="html: one self-contained page with the run over time as charts",
+    )  # fmt: skip
+    report.add_argument(
+        "--svg", type=Path, metavar="FILE.svg",
+        help="md: the run over time as charts in this SVG file, shown by the Markdown "
+        "(an image link to FILE.svg as given: keep them side by side)",
     )  # fmt: skip
     report.add_argument("--lang", choices=("en", "zh"), default=None)
 

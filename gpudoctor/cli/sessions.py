@@ -71,8 +71,26 @@ def loaded(args: argparse.Namespace, name: str) -> tuple[int, Timeline]:
 
 
 def report(args: argparse.Namespace) -> int:
+    svg: Path | None = args.svg
+    if svg is not None and (args.format != "md" or svg.suffix != ".svg"):
+        raise UsageError("gpudoctor report: --svg takes a FILE.svg, for the Markdown format")
+    if svg is not None and not svg.parent.is_dir():
+        raise UsageError(f"gpudoctor report: no such folder for --svg: {svg.parent}")
     session_id, timeline = loaded(args, "report")
     rebuilt = build(timeline, session_id, lang_of(args))
+    if svg is not None:
+        from gpudoctor.report.html import charts_file  # pygal: only when asked
+        from gpudoctor.series import run_series
+
+        drawn = charts_file(run_series(timeline), rebuilt.duration_s)
+        if drawn is None:
+            print("gpudoctor: nothing to draw: no --svg written", file=sys.stderr)
+        else:
+            svg.write_text(drawn, encoding="utf-8")
+            print(f"gpudoctor: the charts written to {svg}", file=sys.stderr)
+            md = markdown(rebuilt) + f"\n## The run over time\n\n![The run over time]({svg})\n"
+            sys.stdout.write(md)
+            return 0
     if args.format == "html":
         from gpudoctor.report.html import page  # pygal: only when asked
         from gpudoctor.series import run_series

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from gpudoctor.app import errors
+from gpudoctor.app import errors, sessions
 from gpudoctor.app import trial as trials
 from gpudoctor.cli.common import (
     UsageError,
@@ -80,12 +80,19 @@ def compare(args: argparse.Namespace) -> int:
     store = open_store(args)
     try:
         result = trials.compare(store, args.baseline, args.treatment)
+        runs = [sessions.load(store, name) for name in (args.baseline, args.treatment)]
     except errors.NotPossible as exc:
         raise UsageError(f"gpudoctor compare: {exc}") from None
     finally:
         store.close()
     if args.format == "json":
         print(to_json(result.to_dict()), end="")
+    elif args.format == "html":
+        from gpudoctor.report.html import compare_page  # pygal: only when asked
+        from gpudoctor.series import run_series
+
+        series = [(session_id, run_series(timeline)) for session_id, timeline in runs]
+        sys.stdout.write(compare_page(trial_text(result), series))
     else:
         err(trial_text(result))
     return 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Callable
 
 import pygal
 from pygal.style import Style
@@ -44,16 +45,19 @@ td, th { border: 1px solid #ccc; padding: 0.2em 0.5em; text-align: left; }
 
 
 def chart(
-    title: str, y_title: str, series: dict[str, list[Point]], s: RunSeries, x_end: float
+    title: str,
+    y_title: str,
+    series: dict[str, list[Point]],
+    markers: list[tuple[str, float]],
+    x_end: float,
 ) -> str:
     """One line chart over the run (seconds since the start), as inline SVG, with grey
     dashed markers where each finding was first raised, a profiler capture, an
     out-of-memory error, the job's end."""
     data = {name: points for name, points in series.items() if points}
-    markers = s.markers()
     style = Style(**{**STYLE.to_dict(), "colors": COLORS[: len(data)] + MARKER_COLORS})
     drawn = pygal.XY(
-        width=960, height=280, js=[], style=style, show_dots=False, stroke=True,
+        width=CHART_W, height=CHART_H, js=[], style=style, show_dots=False, stroke=True,
         disable_xml_declaration=True, legend_at_bottom=True, truncate_legend=-1,
         x_title="seconds since the start", y_title=y_title, title=title,
         include_x_axis=True, explicit_size=True, xrange=(0, x_end),
@@ -72,7 +76,7 @@ def charts(s: RunSeries, duration_s: float) -> list[str]:
     out = []
 
     def add(title: str, y_title: str, series: dict[str, list[Point]]) -> None:
-        out.append(chart(title, y_title, series, s, max(duration_s, 1.0)))
+        out.append(chart(title, y_title, series, s.markers(), max(duration_s, 1.0)))
 
     if s.step_p50_ms:
         add("Step time", "ms", {"p50": s.step_p50_ms, "p90": s.step_p90_ms})
@@ -97,13 +101,42 @@ def charts(s: RunSeries, duration_s: float) -> list[str]:
     return out
 
 
+CHART_W, CHART_H = 960, 280  # one chart's size, in the page and in the SVG file
+
+
+def charts_file(series: RunSeries, duration_s: float) -> str | None:
+    """The run's charts as one SVG file, one under the other (for a Markdown report to
+    show beside it: Markdown renderers show an SVG image, not inline SVG); None when
+    there is nothing to draw."""
+    drawn = charts(series, duration_s)
+    if not drawn:
+        return None
+    height = CHART_H * len(drawn)
+    parts = [
+        '<?xml version="1.0" encoding="utf-8"?>',
+        f'<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink" '
+        f'width="{CHART_W}" height="{height}" viewBox="0 0 {CHART_W} {height}">',
+    ]
+    for n, svg in enumerate(drawn):
+        # each chart an <svg> of its own, placed below the one before
+        parts.append(svg.replace("<svg ", f'<svg x="0" y="{n * CHART_H}" ', 1))
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"
+
+
+def head(title: str) -> list[str]:
+    return [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{html.escape(title)}</title>",
+        f"<style>{PAGE_CSS}</style></head><body>",
+    ]
+
+
 def page(report: Report, series: RunSeries) -> str:
     e = html.escape
     parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>gpudoctor report, session {report.session}</title>",
-        f"<style>{PAGE_CSS}</style></head><body>",
+        *head(f"gpudoctor report, session {report.session}"),
         f"<h1>gpudoctor report (session {report.session})</h1>",
         "<ul>",
         f"<li>command: <code>{e(' '.join(report.command))}</code></li>",
@@ -164,3 +197,60 @@ def page(report: Report, series: RunSeries) -> str:
         parts.append("</ul>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
+
+
+def compare_page(outcome: str, runs: list[tuple[int, RunSeries]]) -> str:
+    """`compare A B --format html`: the comparison as the command line words it, and
+    the two runs over time overlaid (each from its own start), one chart a measure."""
+    e = html.escape
+    (a_id, a), (b_id, b) = runs
+    # the baseline first, as the command line has them (a session against itself too)
+    labels = [f"baseline (session {a_id})", f"treatment (session {b_id})"]
+    parts = [
+        *head(f"gpudoctor compare, sessions {a_id} and {b_id}"),
+        f"<h1>gpudoctor compare: session {a_id} against session {b_id}</h1>",
+        f"<pre>{e(outcome.strip())}</pre>",
+        "<h2>The two runs over time</h2>",
+        "<p>Each from its own start; the grey dashed lines: where each run ended.</p>",
+    ]
+    end = max(a.until_s, b.until_s, 1.0)
+    ends = [
+        (f"{label} ended", s.ended_at_s)
+        for label, (_, s) in zip(labels, runs, strict=True)
+        if s.ended_at_s is not None
+    ]
+    both_samples = bool(a.samples_per_s and b.samples_per_s)
+
+    def overlay(title: str, y_title: str, line: Callable[[RunSeries], list[Point]]) -> None:
+        data = {label: line(s) for label, (_, s) in zip(labels, runs, strict=True)}
+        if any(data.values()):
+            parts.append(f'<div class="chart">{chart(title, y_title, data, ends, end)}</div>')
+
+    overlay("Step time, median", "ms", lambda s: s.step_p50_ms)
+    if both_samples:
+        overlay("Samples a second", "samples/s", lambda s: s.samples_per_s)
+    else:
+        overlay("Steps a second", "steps/s", lambda s: s.steps_per_s)
+    overlay("Waiting for data", "% of step time", lambda s: s.data_wait_pct)
+    overlay("GPU utilisation, mean over the GPUs", "%", lambda s: mean_over(s.gpu_util_pct))
+    overlay("GPU memory used, all GPUs", "GiB", lambda s: sum_over(s.gpu_mem_gib))
+    overlay("CPU", "% of the machine", lambda s: s.cpu_pct)
+    overlay("The job's CPU", "cores", lambda s: s.job_cpu_cores)
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def mean_over(by_gpu: dict[int, list[Point]]) -> list[Point]:
+    at: dict[float, list[float]] = {}
+    for points in by_gpu.values():
+        for x, y in points:
+            at.setdefault(x, []).append(y)
+    return [(x, round(sum(ys) / len(ys), 1)) for x, ys in sorted(at.items())]
+
+
+def sum_over(by_gpu: dict[int, list[Point]]) -> list[Point]:
+    at: dict[float, float] = {}
+    for points in by_gpu.values():
+        for x, y in points:
+            at[x] = at.get(x, 0.0) + y
+    return [(x, round(y, 2)) for x, y in sorted(at.items())]
