@@ -3,7 +3,7 @@
 sleeps (no probe traffic) and over a job with a fast training loop (the probe sending
 thousands of steps a second).
 
-    python bench/doctor_cost.py [--seconds 60] [--no-tui]
+    python bench/doctor_cost.py [--seconds 60] [--no-tui] [--views 80x24,160x45,160x45+h]
 
 Budget (DESIGN.md section 7): <= 1% of one core headless at 1 Hz, <= 2% with the TUI at
 1 Hz, peak RSS <= 100 MB.
@@ -29,11 +29,18 @@ ROOT = Path(__file__).resolve().parent.parent
 STARTUP_S = 5.0
 
 
-def start_tui(cmd: list[str]) -> tuple[psutil.Process, str]:
-    """The doctor with its TUI in a detached 80x24 tmux window: its process, the window."""
+def start_tui(cmd: list[str], view: str = "80x24") -> tuple[psutil.Process, str]:
+    """The doctor with its TUI in a detached tmux window of the view's size: its
+    process, the window."""
     name = f"gpudoctor-bench-{os.getpid()}"
-    line = "cd " + shlex.quote(str(ROOT)) + " && exec " + shlex.join(cmd)
-    subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "80", "-y", "24", line],
+    width, height = view.split("+")[0].split("x")
+    # the pane is the default size for a moment, and its command finds COLUMNS and
+    # LINES of that size (which Textual takes): waited for, then unset
+    line = (
+        f"while [ \"$(stty size)\" != '{height} {width}' ]; do sleep 0.05; done; "
+        "unset COLUMNS LINES; cd " + shlex.quote(str(ROOT)) + " && exec " + shlex.join(cmd)
+    )
+    subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", width, "-y", height, line],
                    check=True)  # fmt: skip
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
@@ -48,15 +55,20 @@ def start_tui(cmd: list[str]) -> tuple[psutil.Process, str]:
     raise RuntimeError("the TUI doctor did not start")
 
 
-def measure(job: list[str], seconds: float, tui: bool = False) -> dict[str, float]:
+def measure(
+    job: list[str], seconds: float, tui: bool = False, view: str = "80x24"
+) -> dict[str, float]:
     store = Path(tempfile.mkdtemp()) / "s.db"
     cmd = [sys.executable, "-m", "gpudoctor", "--store", str(store), "run",
            *([] if tui else ["--headless"]), "--max-seconds", str(seconds), "--", *job]  # fmt: skip
     start = time.monotonic()
     window = None
     if tui:
-        doctor, window = start_tui(cmd)
+        doctor, window = start_tui(cmd, view)
         poll = doctor.is_running
+        for key in view.split("+")[1:]:  # keys pressed once it shows (h: the plots)
+            time.sleep(3)
+            subprocess.run(["tmux", "send-keys", "-t", window, key], check=True)
     else:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         doctor = psutil.Process(proc.pid)
@@ -103,6 +115,12 @@ def main() -> None:
     p.add_argument("--no-tui", action="store_true", help="headless only")
     p.add_argument("--tui-only", action="store_true", help="with the TUI only")
     p.add_argument("--jobs", default="sleeping,fast", help="sleeping, fast or both")
+    p.add_argument(
+        "--views",
+        default="80x24",
+        help="the TUI's windows, comma-separated: WxH, +KEY for a key pressed once it "
+        "shows (160x45: the main screen's strip of plots; 160x45+h: the plots screen)",
+    )
     args = p.parse_args()
     jobs = {
         "sleeping job (no probe traffic)": [sys.executable, "-c", f"import time; time.sleep({args.seconds + 30})"],
@@ -116,10 +134,12 @@ def main() -> None:
     for name, job in jobs.items():
         if name.split()[0] not in chosen:
             continue
-        for tui in (False,) if args.no_tui else (True,) if args.tui_only else (False, True):
-            r = measure(job, args.seconds, tui)
+        runs = [] if args.tui_only else [(False, "")]
+        runs += [] if args.no_tui else [(True, view) for view in args.views.split(",")]
+        for tui, view in runs:
+            r = measure(job, args.seconds, tui, view)
             print(
-                f"  {name}, {'TUI (tmux 80x24)' if tui else 'headless'}: CPU "
+                f"  {name}, {f'TUI (tmux {view})' if tui else 'headless'}: CPU "
                 f"{r['steady_pct']:.2f}% of one core while it runs ({r['total_pct']:.2f}% in "
                 f"total), peak RSS {r['peak_rss_mb']:.1f} MB",
                 flush=True,

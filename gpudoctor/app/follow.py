@@ -20,6 +20,11 @@ from gpudoctor.snapshot import Snapshot, take
 from gpudoctor.terminal import TerminalView
 from gpudoctor.timeline import Timeline
 
+# the plots' refresh, at most: they show the run's history (the panels show the
+# moment), and a refresh costs a core's 5-30 ms a plot (bench/RESULTS.md, TUI plots)
+PLOT_EVERY_S = 5.0
+PLOT_EVERY_NS = int(PLOT_EVERY_S * 1e9)
+
 
 class Listener(Protocol):
     def on_snapshot(self, snapshot: Snapshot) -> None: ...
@@ -86,11 +91,14 @@ class Follower:
 
     def _plotted(self, timeline: Timeline, span: float, now: int) -> RunSeries:
         """The run over the stretch shown, drawn again once an interval of it has
-        passed (a second for the last minute, an hour's run's 30 s for the whole of it):
-        before that, the new readings would not move a point."""
+        passed (an hour's run's 30 s for the whole of it: before that, the new readings
+        would not move a point), at most every PLOT_EVERY_S, and once the job ends."""
         since = None if math.isinf(span) else now - int(span * 1e9)
-        width_ns = max(10**9, (now - (since or timeline.start_mono_ns)) // POINTS)
+        width_ns = max(PLOT_EVERY_NS, (now - (since or timeline.start_mono_ns)) // POINTS)
         drawn_span, drawn_at = self._series_at
+        ended = timeline.end_mono_ns is not None
+        if ended and self._series is not None and self._series.ended_at_s is None:
+            drawn_at = 0  # the end's marker and last readings: drawn now
         if self._series is None or drawn_span != span or now - drawn_at >= width_ns:
             self._series = run_series(timeline, POINTS, since, None, seen=dict(self._seen))
             self._series_at = (span, now)
