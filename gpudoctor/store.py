@@ -433,6 +433,18 @@ class Store:
             return 0
         return 0 if compactor.read_id == before else len(records)
 
+    def records_of(self, session_id: int, kind: str) -> list[Any]:
+        """The session's records of one kind (a trial's outcome on its last run), oldest
+        first."""
+        try:
+            rows = self.db.execute(
+                "SELECT data FROM records WHERE session_id=? AND kind=? ORDER BY id",
+                (session_id, kind),
+            ).fetchall()
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read the session store {self.path}: {exc}") from None
+        return [json.loads(data) for (data,) in rows]
+
     def counted_steps(self, session_id: int) -> int | None:
         """An unfinished session's steps so far (its processes' counter pages), or None
         where none was recorded."""

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLES, busy_neighbours, finding_ids, run_job, top_finding
+from conftest import SAMPLES, busy_neighbours, doctor, finding_ids, run_job, top_finding
 
 TOP_FINDING = {
     "dataloader_bound": "input-bound",
@@ -111,6 +111,11 @@ def test_profile_steps_puts_the_top_operators_in_the_report(tmp_path: Path) -> N
     names = [op["name"] for op in profile["operators"]]
     assert any(n in ("aten::addmm", "aten::mm") for n in names), names
     assert json.loads(trace.read_text())["traceEvents"]  # written because it was asked
+    # the HTML page: the operators' table, and a marker where the capture came
+    page = doctor("report", str(report["session"]), "--format", "html")
+    assert page.returncode == 0, page.stderr
+    assert "<h2>Profile (5 steps, top operators by self CPU time)</h2>" in page.stdout
+    assert f"<code>{names[0]}</code>" in page.stdout and ">profile<" in page.stdout
     # without --profile-steps there is no profile, and no trace
     _, plain = run_job(tmp_path, SAMPLES / "healthy.py", "--steps", "20")
     assert plain["profile"] is None

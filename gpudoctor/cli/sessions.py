@@ -95,7 +95,14 @@ def report(args: argparse.Namespace) -> int:
         from gpudoctor.report.html import page  # pygal: only when asked
         from gpudoctor.series import run_series
 
-        sys.stdout.write(page(rebuilt, run_series(timeline)))
+        store = open_store(args)
+        try:
+            trials = store.records_of(session_id, "trial")  # a trial that ended with it
+        except StoreError as exc:
+            raise UsageError(f"gpudoctor report: {exc}") from None
+        finally:
+            store.close()
+        sys.stdout.write(page(rebuilt, run_series(timeline), trials))
     else:
         sys.stdout.write(rebuilt.to_json() if args.format == "json" else markdown(rebuilt))
     return 0

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import pygal
 from pygal.style import Style
 
-from gpudoctor.report.render import predicted_words, speed_words, status_words
+from gpudoctor.report.render import predicted_words, profile_title, speed_words, status_words
 from gpudoctor.report.values import Report
 from gpudoctor.series import SPLIT_LABELS, Point, RunSeries
 
@@ -133,7 +134,9 @@ def head(title: str) -> list[str]:
     ]
 
 
-def page(report: Report, series: RunSeries) -> str:
+def page(report: Report, series: RunSeries, trials: Sequence[dict[str, Any]] = ()) -> str:
+    """The session's page; `trials`: the outcomes of trials whose last run it was (as
+    `trial --report x.json` writes them)."""
     e = html.escape
     parts = [
         *head(f"gpudoctor report, session {report.session}"),
@@ -180,6 +183,20 @@ def page(report: Report, series: RunSeries) -> str:
                 f"<pre>{e(r.how)}</pre></li>"
             )
         parts.append("</ul></div>")
+    if report.profile is not None:
+        p = report.profile
+        parts.append(f"<h2>{e(profile_title(p, heading=True))}</h2><table>")
+        parts.append(
+            "<tr><th>operator</th><th>calls</th><th>self CPU us</th><th>self device us</th></tr>"
+        )
+        for op in p.operators:
+            parts.append(
+                f"<tr><td><code>{e(op.name)}</code></td><td>{op.calls}</td>"
+                f"<td>{op.self_cpu_time_total_us}</td><td>{op.self_device_time_total_us}</td></tr>"
+            )
+        parts.append("</table>")
+    for t in trials:
+        parts += trial_part(t)
     if report.hotspots:
         parts.append("<h2>Where the time outside the model goes</h2><table>")
         parts.append(
@@ -197,6 +214,32 @@ def page(report: Report, series: RunSeries) -> str:
         parts.append("</ul>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
+
+
+def trial_part(t: dict[str, Any]) -> list[str]:
+    """A trial this run ended: what was applied, both sides' rates, the verdict."""
+    e = html.escape
+    low, high = t["ci95"]
+    unit = t["baseline"].get("unit", "steps") + "/s"
+    out = [
+        "<h2>Trial</h2>",
+        f"<p><b>{e(t['verdict'])}</b>: speedup {t['speedup']:.2f}x "
+        f"(95% interval {low:.2f}x to {high:.2f}x)</p>",
+        "<ul>",
+    ]
+    for c in t.get("applied", []):
+        out.append(f"<li>applied <code>{e(c['remedy'])}</code>: {e(c.get('change', ''))}</li>")
+    for side in ("baseline", "treatment"):
+        out.append(
+            f"<li>{side}: {t[side]['samples_per_s']:.1f} {e(unit)}, sessions "
+            f"{', '.join(str(i) for i in t[side]['sessions'])}</li>"
+        )
+    p = t.get("predicted") or {}
+    if p.get("low") is not None:
+        out.append(f"<li>predicted: {p['low']:.2f}x to {p['high']:.2f}x ({e(p['basis'])})</li>")
+    out.append(f"<li>treatment: <code>{e(str(t.get('treatment_shown', '')))}</code></li>")
+    out.append("</ul>")
+    return out
 
 
 def compare_page(outcome: str, runs: list[tuple[int, RunSeries]]) -> str:
