@@ -141,6 +141,10 @@ def test_the_strip_comes_and_goes_as_the_terminal_is_resized() -> None:
             await pilot.resize_terminal(160, 48)
             await wait_for(pilot, lambda: app.snapshot.series is not None)
             assert strip.display and strip.has_class("wide")
+            # more rows: the strip takes half of what the output would have past ten
+            short = strip.outer_size.height
+            await pilot.resize_terminal(200, 60)
+            await wait_for(pilot, lambda: strip.outer_size.height > short)
             await pilot.resize_terminal(120, 24)
             await wait_for(pilot, lambda: app.snapshot.series is None)
             assert not strip.display

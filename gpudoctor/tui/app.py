@@ -41,6 +41,9 @@ TALL_ROWS = 40  # from this many rows the findings panel is as tall as its conte
 # and the main screen shows plots of the run (HistoryStrip)
 WIDE_COLUMNS = 160  # from this many columns the main screen's plots are three
 MIN_PANEL_ROWS = 5  # the host and job panels keep at least this many rows
+# the main screen's strip of plots: its height at least (a plot's axes, title and ten
+# rows of data), at most, and the output's rows it leaves before it grows
+STRIP_ROWS, STRIP_MAX_ROWS, OUTPUT_ROWS = 12, 24, 10
 REPLAY_PAGE_S = 60.0
 
 
@@ -62,6 +65,7 @@ class DoctorApp(App[JobExit | None]):
         super().__init__()
         self.lang = lang
         self._panel_rows = 0  # the height given to the host and job panels
+        self._strip_rows = STRIP_ROWS  # the height given to the strip of plots
         self.snapshot: Snapshot | None = None
         self.job_exit: JobExit | None = None
         # `t` on a finding's screen: the remedy to trial once the app has closed (the
@@ -175,6 +179,16 @@ class DoctorApp(App[JobExit | None]):
         if rows > 2 and rows != self._panel_rows:
             self._panel_rows = rows
             self.query_one("#panels").styles.height = rows
+        # a tall screen's strip of plots takes half of what the output would have past
+        # OUTPUT_ROWS (the output is a tail: o shows it all), up to STRIP_MAX_ROWS
+        strip = self.query_one(HistoryStrip)
+        if strip.display:
+            base = room + strip.outer_size.height - STRIP_ROWS  # the output's, strip at least
+            height = min(STRIP_MAX_ROWS, STRIP_ROWS + max(0, base - rows - OUTPUT_ROWS) // 2)
+            if height != self._strip_rows:
+                self._strip_rows = height
+                strip.styles.height = height
+            room = base + STRIP_ROWS - height
         # the output with fewer than three rows (its border and one line) is left out,
         # not kept as a strip that pushes the findings off the screen (o shows it)
         output = self.query_one(OutputPanel)
