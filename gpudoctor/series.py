@@ -15,7 +15,10 @@ where they happened.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import statistics
+from collections import deque
 from collections.abc import Iterator, Reversible
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -108,19 +111,15 @@ def run_series(
     out = RunSeries(since_s=round((start - t0) / 1e9, 1), until_s=round((end - t0) / 1e9, 1))
     main = timeline.main_pid()
     facts = timeline.facts.get(main, {}) if main is not None else {}
-    steps: dict[int, list[StepRecord]] = {}
-    rows = timeline.steps.get(main, ()) if main is not None else ()
-    for s in _inside(rows, start, end, lambda s: s.t_end_mono_ns):
-        if s.number >= WARMUP_STEPS:
-            steps.setdefault(at(s.t_end_mono_ns), []).append(s)
+    rows = timeline.steps.get(main, deque()) if main is not None else deque()
+    steps = _by_interval(rows, start, end, width_ns)
     for t_ns, _rows, rollup in timeline.slots.get(main, ()) if main is not None else ():
         if rollup.count and start <= t_ns <= end:  # a compacted stretch: its own measures
             x = round((t_ns - t0) / 1e9, 1)
             one = Window(rollup=rollup, facts=facts)
             _add_steps(out, x, one, rollup.quantile_ms(0.5), rollup.quantile_ms(0.9))
             out.steps_per_s.append((x, round(rollup.count / (rollup.wall_ns / 1e9), 2)))
-    for i in sorted(steps):
-        taken = steps[i]
+    for i, taken in steps:
         # a fast loop's thousands of steps an interval: every n-th measures it (counted
         # all), so a refresh costs the same whatever the step rate
         sample = taken[:: max(1, len(taken) // STEPS_AN_INTERVAL)]
@@ -177,6 +176,40 @@ def _add_steps(out: RunSeries, x: float, one: Window, p50: float, p90: float) ->
     out.data_wait_pct.append((x, round(one.data_wait_fraction * 100, 1)))
     for part, share in one.split().items():
         out.split_pct.setdefault(part, []).append((x, round(share * 100, 1)))
+
+
+def _step_end(s: StepRecord) -> int:
+    return s.t_end_mono_ns
+
+
+def _by_interval(
+    rows: deque[StepRecord], start: int, end: int, width_ns: int
+) -> list[tuple[int, list[StepRecord]]]:
+    """The steps past warm-up that ended in [start, end], cut into intervals of width_ns
+    from `start`: (the interval's index, its steps), the empty ones left out. The rows
+    are in time order, so the stretch and each interval's bounds are found by bisection
+    and copied in C: a refresh costs the intervals, not a walk over every step of a fast
+    loop's minute (90,000 of them)."""
+    lo = bisect.bisect_left(rows, start, key=_step_end)
+    hi = bisect.bisect_right(rows, end, key=_step_end)
+    if lo < len(rows) - hi:  # copied from the nearer end (a live view: the newest)
+        stretch = list(itertools.islice(rows, lo, hi))
+    else:
+        stretch = list(itertools.islice(reversed(rows), len(rows) - hi, len(rows) - lo))
+        stretch.reverse()
+    out: list[tuple[int, list[StepRecord]]] = []
+    if not stretch:
+        return out
+    first = bisect.bisect_left(stretch, start, key=_step_end)
+    for i in range((stretch[-1].t_end_mono_ns - start) // width_ns + 1):
+        last = bisect.bisect_left(stretch, start + (i + 1) * width_ns, key=_step_end)
+        taken = stretch[first:last]
+        first = last
+        if taken and min(taken[0].number, taken[-1].number) < WARMUP_STEPS:
+            taken = [s for s in taken if s.number >= WARMUP_STEPS]
+        if taken:
+            out.append((i, taken))
+    return out
 
 
 def _inside(rows: Reversible[T], start: int, end: int, t: Any) -> Iterator[T]:

@@ -28,6 +28,7 @@ from gpudoctor.tui.plots import (
     numbered_markers,
     time_ticks,
 )
+from gpudoctor.tui.widgets import OutputPanel
 
 SESSION = "dataloader_bound"  # 21 s on an H200: input-bound, GPU util about 1%
 
@@ -138,9 +139,14 @@ def test_the_strip_comes_and_goes_as_the_terminal_is_resized() -> None:
             await pilot.pause()
             strip = app.query_one(HistoryStrip)
             assert not strip.display and app.snapshot.series is None
+            output = app.query_one(OutputPanel)
+            assert not output.display  # too short for it at 80x24 (o shows it)
             await pilot.resize_terminal(160, 48)
             await wait_for(pilot, lambda: app.snapshot.series is not None)
             assert strip.display and strip.has_class("wide")
+            # the output panel comes back and is given its rows (a paused replay gets
+            # no new snapshot to lay it out again)
+            await wait_for(pilot, lambda: output.display and output.region.height >= 3)
             # more rows: the strip takes half of what the output would have past ten
             short = strip.outer_size.height
             await pilot.resize_terminal(200, 60)

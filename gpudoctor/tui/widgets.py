@@ -258,11 +258,9 @@ def _ended(s: Snapshot) -> str:
 
 class OutputPanel(Panel):
     BORDER_TITLE = "Output"
-
-    def on_resize(self) -> None:
-        # with fewer than three rows it would show a border and nothing else
-        self.visible = self.outer_size.height >= 3
-        super().on_resize()
+    # with fewer than three rows it would show a border and nothing else: the app hides
+    # it then (DoctorApp._fit_panels, by `display`; an invisible widget that is given
+    # rows again would keep them blank, as `visible` set here once did)
 
     def render_snapshot(self, s: Snapshot) -> Text:
         lines = max(1, self.size.height or 4)  # the content area: inside the border

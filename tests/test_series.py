@@ -1,0 +1,68 @@
+"""The run over time (gpudoctor/series.py), on timelines whose steps are known exactly:
+how steps are cut into intervals, what is counted and what is measured."""
+
+from __future__ import annotations
+
+from collections import deque
+
+from gpudoctor.diagnosis.window import WARMUP_STEPS
+from gpudoctor.model import StepRecord
+from gpudoctor.series import STEPS_AN_INTERVAL, run_series
+from gpudoctor.timeline import Timeline
+
+T0 = 10**12
+S = 10**9
+
+
+def timeline_of(per_s: int, seconds: int, wall_ms: float, slower_after_s: int = 10**6) -> Timeline:
+    """`per_s` steps a second for `seconds`, each wall_ms long (twice that from
+    `slower_after_s` on), one in 32 measured in detail with a batch of 8."""
+    tl = Timeline(["train.py"], 0.0, T0)
+    rows: deque[StepRecord] = deque()
+    for n in range(per_s * seconds):
+        t = T0 + n * S // per_s + S // (2 * per_s)  # inside its second, never on an edge
+        wall = int(wall_ms * 1e6) * (2 if t - T0 >= slower_after_s * S else 1)
+        detail = 1 if n % 32 == 0 else 0
+        split = wall // 4 if detail else 0
+        rows.append(
+            StepRecord(
+                1, n, t, wall, split, 0, split, split, split, 1,
+                8 if detail else None, 0, 0, detail,
+            )
+        )  # fmt: skip
+    tl.steps[1] = rows
+    tl.step_counts[1] = len(rows)
+    tl.end_mono_ns = T0 + seconds * S
+    return tl
+
+
+def test_each_interval_counts_its_steps_past_warm_up_and_measures_them() -> None:
+    tl = timeline_of(per_s=100, seconds=30, wall_ms=10, slower_after_s=15)
+    series = run_series(tl, points=30, seen={})
+    rates = dict(series.steps_per_s)
+    assert len(rates) == 30
+    assert rates[0.5] == 100 - WARMUP_STEPS  # the warm-up's steps are not the job's pace
+    assert all(rate == 100 for x, rate in rates.items() if x > 1)
+    p50 = dict(series.step_p50_ms)
+    assert all(v == 10 for x, v in p50.items() if x < 15) and p50[14.5] == 10
+    assert all(v == 20 for x, v in p50.items() if x > 15) and p50[15.5] == 20
+    # a batch of 8 measured in each detailed step: samples a second are 8 steps' worth
+    assert dict(series.samples_per_s)[5.5] == 800
+    assert all(abs(v - 25) < 1e-6 for _, v in series.split_pct["forward"])
+
+
+def test_a_stretch_holds_only_its_own_steps() -> None:
+    tl = timeline_of(per_s=100, seconds=30, wall_ms=10, slower_after_s=15)
+    last = run_series(tl, points=10, since_ns=T0 + 20 * S, until_ns=T0 + 30 * S, seen={})
+    assert [x for x, _ in last.steps_per_s] == [20.5 + i for i in range(10)]
+    assert all(rate == 100 for _, rate in last.steps_per_s)
+    middle = run_series(tl, points=5, since_ns=T0 + 12 * S, until_ns=T0 + 17 * S, seen={})
+    assert [v for _, v in middle.step_p50_ms] == [10, 10, 10, 20, 20]
+
+
+def test_a_fast_loop_is_counted_whole_though_a_sample_is_measured() -> None:
+    tl = timeline_of(per_s=4000, seconds=6, wall_ms=0.25)
+    series = run_series(tl, points=6, seen={})
+    assert [rate for _, rate in series.steps_per_s][1:] == [4000] * 5
+    assert STEPS_AN_INTERVAL < 4000  # more steps than are measured an interval
+    assert all(v == 0.25 for _, v in series.step_p50_ms)
