@@ -28,7 +28,7 @@ from gpudoctor.tui.plots import (
     numbered_markers,
     time_ticks,
 )
-from gpudoctor.tui.widgets import OutputPanel
+from gpudoctor.tui.widgets import FindingsPanel, OutputPanel
 
 SESSION = "dataloader_bound"  # 21 s on an H200: input-bound, GPU util about 1%
 
@@ -141,12 +141,21 @@ def test_the_strip_comes_and_goes_as_the_terminal_is_resized() -> None:
             assert not strip.display and app.snapshot.series is None
             output = app.query_one(OutputPanel)
             assert not output.display  # too short for it at 80x24 (o shows it)
+            findings = app.query_one(FindingsPanel)
+
+            def first() -> str:
+                return str(findings.get_option_at_index(0).prompt)
+
+            assert "-> more-workers: Load batches in parallel worker processes" in first()
             await pilot.resize_terminal(160, 48)
             await wait_for(pilot, lambda: app.snapshot.series is not None)
             assert strip.display and strip.has_class("wide")
             # the output panel comes back and is given its rows (a paused replay gets
             # no new snapshot to lay it out again)
             await wait_for(pilot, lambda: output.display and output.region.height >= 3)
+            # the rows for each finding's first remedy as this job's concrete action
+            want = "-> more-workers: Your script has --num-workers (now 0): run it with"
+            assert want in first()
             # more rows: the strip takes half of what the output would have past ten
             short = strip.outer_size.height
             await pilot.resize_terminal(200, 60)
@@ -154,6 +163,7 @@ def test_the_strip_comes_and_goes_as_the_terminal_is_resized() -> None:
             await pilot.resize_terminal(120, 24)
             await wait_for(pilot, lambda: app.snapshot.series is None)
             assert not strip.display
+            assert "-> more-workers: Load batches" in first()
             await pilot.press("q")
 
     asyncio.run(drive())

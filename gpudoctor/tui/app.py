@@ -105,7 +105,9 @@ class DoctorApp(App[JobExit | None]):
         # a tall screen gives the findings what they need and the output the rest; a
         # short one keeps its fixed share (content-sized findings would push it off)
         self.tall = tall = event.size.height >= TALL_ROWS
-        self.query_one(FindingsPanel).styles.height = "auto" if tall else "30%"
+        findings = self.query_one(FindingsPanel)
+        findings.styles.height = "auto" if tall else "30%"
+        findings.show_actions(tall, self.snapshot)
         strip = self.query_one(HistoryStrip)
         strip.display = tall
         strip.set_class(event.size.width >= WIDE_COLUMNS, "wide")

@@ -12,6 +12,7 @@ from textual.widgets.option_list import Option
 from gpudoctor import display
 from gpudoctor.diagnosis.remedies import CATALOGUE
 from gpudoctor.model import Finding, GpuProcess, GpuSample
+from gpudoctor.prescribe.how import how
 from gpudoctor.redact import redact_text
 from gpudoctor.snapshot import Snapshot
 from gpudoctor.terminal import OutputLine
@@ -282,8 +283,22 @@ class FindingsPanel(OptionList):
     shown: tuple[Finding, ...] | None = None
     running = True
     lang = "en"  # of the remedies' titles
+    # a tall screen has the rows: each finding's first remedy as its concrete action
+    # for this job ("run it with --num-workers 4"), not only the remedy's title
+    actions = False
+    _facts: dict[str, object] | None = None
+    _cores = 1
+
+    def show_actions(self, actions: bool, s: Snapshot | None) -> None:
+        if actions != self.actions:
+            self.actions = actions
+            self.shown = None  # every prompt again
+            if s is not None:
+                self.show(s)
 
     def show(self, s: Snapshot) -> None:
+        self._facts = s.facts
+        self._cores = s.host.cores_allowed if s.host else 1
         if s.findings == self.shown and (s.findings or s.running == self.running):
             return  # unchanged: keep the highlight where the user left it
         before, self.shown, self.running = self.shown, s.findings, s.running
@@ -292,7 +307,7 @@ class FindingsPanel(OptionList):
             # the list lays the screen out again, most of the app's CPU on a busy job)
             for i, (old, new) in enumerate(zip(before, s.findings, strict=True)):
                 if old != new:
-                    self.replace_option_prompt_at_index(i, _prompt(new, self.lang))
+                    self.replace_option_prompt_at_index(i, self._prompt(new))
             return
         highlighted = self.highlighted
         self.clear_options()
@@ -300,12 +315,18 @@ class FindingsPanel(OptionList):
             words = "no findings yet" if s.running else "no findings: nothing to fix was seen"
             self.add_option(Option(Text(words, "dim"), id="none", disabled=True))
             return
-        self.add_options([Option(_prompt(f, self.lang), id=f.id) for f in s.findings])
+        self.add_options([Option(self._prompt(f), id=f.id) for f in s.findings])
         # Enter opens the highlighted finding: the top one until the user moves
         self.highlighted = min(highlighted or 0, len(s.findings) - 1)
 
+    def _prompt(self, f: Finding) -> Text:
+        action = None
+        if self.actions and f.remedies and f.remedies[0] in CATALOGUE:
+            action = how(f.remedies[0], dict(self._facts or {}), self._cores, self.lang)
+        return _prompt(f, self.lang, action)
 
-def _prompt(f: Finding, lang: str = "en") -> Text:
+
+def _prompt(f: Finding, lang: str = "en", action: str | None = None) -> Text:
     text = Text()
     text.append(f"{f.severity.upper():<6} ", display.SEVERITY_STYLE.get(f.severity, ""))
     text.append(f"{f.id}: ", "bold")
@@ -315,7 +336,8 @@ def _prompt(f: Finding, lang: str = "en") -> Text:
     text.append(f"\n       {f.evidence}", "dim")
     if f.remedies and f.remedies[0] in CATALOGUE:  # the first remedy; Enter opens them all
         title = CATALOGUE[f.remedies[0]].title
-        text.append(f"\n       -> {f.remedies[0]}: {title.get(lang) or title['en']}", "green")
+        words = action or title.get(lang) or title["en"]
+        text.append(f"\n       -> {f.remedies[0]}: {words}", "green")
     return text
 
 
