@@ -178,6 +178,16 @@ def _add_steps(out: RunSeries, x: float, one: Window, p50: float, p90: float) ->
         out.split_pct.setdefault(part, []).append((x, round(share * 100, 1)))
 
 
+def by_time(lines: dict[int, list[Point]]) -> list[tuple[float, list[float]]]:
+    """Many lines (one per GPU, per core) as their values at each time, in time order:
+    what a chart draws of them together (their mean, sum, lowest and highest)."""
+    at: dict[float, list[float]] = {}
+    for points in lines.values():
+        for x, y in points:
+            at.setdefault(x, []).append(y)
+    return sorted(at.items())
+
+
 def _step_end(s: StepRecord) -> int:
     return s.t_end_mono_ns
 

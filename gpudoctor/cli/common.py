@@ -211,3 +211,18 @@ def with_metrics(on_tick: OnTick, collector: RunCollector | None, source: JobSou
         on_tick(timeline)
 
     return tick
+
+
+def write_charts(svg: Path, timeline: Timeline, duration_s: float, link: str) -> str:
+    """The run's charts written to `svg` for a Markdown report, and the Markdown that
+    shows them (the image at `link`), or "" when there is nothing to draw."""
+    from gpudoctor.report.html import charts_file  # pygal: only when asked
+    from gpudoctor.series import run_series
+
+    drawn = charts_file(run_series(timeline), duration_s)
+    if drawn is None:
+        print(f"gpudoctor: nothing to draw: no {svg} written", file=sys.stderr)
+        return ""
+    svg.write_text(drawn, encoding="utf-8")
+    print(f"gpudoctor: the charts written to {svg}", file=sys.stderr)
+    return f"\n## The run over time\n\n![The run over time]({link})\n"

@@ -27,6 +27,7 @@ from gpudoctor.cli.common import (
     serve_metrics,
     survives_hangup,
     with_metrics,
+    write_charts,
     write_file,
 )
 from gpudoctor.jobs import LaunchedJob, LaunchError
@@ -100,24 +101,10 @@ def show(result: running.RunResult, path: Path | None) -> int:
         else:
             text = markdown(result.report)
             if result.timeline is not None:
-                text += charts_beside(path, result.timeline, result.report.duration_s)
+                svg = path.with_suffix(".svg")
+                text += write_charts(svg, result.timeline, result.report.duration_s, svg.name)
         write_file(path, text)
     return result.exit_code
-
-
-def charts_beside(md: Path, timeline: Timeline, duration_s: float) -> str:
-    """The run's charts written as an SVG beside a Markdown report (report.md:
-    report.svg); the Markdown that shows it, or "" when there is nothing to draw."""
-    from gpudoctor.report.html import charts_file  # pygal: only when asked
-    from gpudoctor.series import run_series
-
-    svg = charts_file(run_series(timeline), duration_s)
-    if svg is None:
-        return ""
-    path = md.with_suffix(".svg")
-    path.write_text(svg, encoding="utf-8")
-    print(f"gpudoctor: its charts written to {path}", file=sys.stderr)
-    return f"\n## The run over time\n\n![The run over time]({path.name})\n"
 
 
 class ctrl_c_reaches_the_job:

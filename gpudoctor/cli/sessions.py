@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from gpudoctor.app import errors, sessions
-from gpudoctor.cli.common import UsageError, lang_of, on_terminal, open_store
+from gpudoctor.cli.common import UsageError, lang_of, on_terminal, open_store, write_charts
 from gpudoctor.redact import redact_argv
 from gpudoctor.report.build import build
 from gpudoctor.report.render import markdown
@@ -79,18 +79,9 @@ def report(args: argparse.Namespace) -> int:
     session_id, timeline = loaded(args, "report")
     rebuilt = build(timeline, session_id, lang_of(args))
     if svg is not None:
-        from gpudoctor.report.html import charts_file  # pygal: only when asked
-        from gpudoctor.series import run_series
-
-        drawn = charts_file(run_series(timeline), rebuilt.duration_s)
-        if drawn is None:
-            print("gpudoctor: nothing to draw: no --svg written", file=sys.stderr)
-        else:
-            svg.write_text(drawn, encoding="utf-8")
-            print(f"gpudoctor: the charts written to {svg}", file=sys.stderr)
-            md = markdown(rebuilt) + f"\n## The run over time\n\n![The run over time]({svg})\n"
-            sys.stdout.write(md)
-            return 0
+        charts = write_charts(svg, timeline, rebuilt.duration_s, str(svg))
+        sys.stdout.write(markdown(rebuilt) + charts)
+        return 0
     if args.format == "html":
         from gpudoctor.report.html import page  # pygal: only when asked
         from gpudoctor.series import run_series

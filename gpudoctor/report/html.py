@@ -20,7 +20,7 @@ from pygal.style import Style
 
 from gpudoctor.report.render import predicted_words, profile_title, speed_words, status_words
 from gpudoctor.report.values import Report
-from gpudoctor.series import SPLIT_LABELS, Point, RunSeries
+from gpudoctor.series import SPLIT_LABELS, Point, RunSeries, by_time
 
 SCRIPT = re.compile(r"<script\b.*?</script>", re.S)
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
@@ -284,16 +284,8 @@ def compare_page(outcome: str, runs: list[tuple[int, RunSeries]]) -> str:
 
 
 def mean_over(by_gpu: dict[int, list[Point]]) -> list[Point]:
-    at: dict[float, list[float]] = {}
-    for points in by_gpu.values():
-        for x, y in points:
-            at.setdefault(x, []).append(y)
-    return [(x, round(sum(ys) / len(ys), 1)) for x, ys in sorted(at.items())]
+    return [(x, round(sum(ys) / len(ys), 1)) for x, ys in by_time(by_gpu)]
 
 
 def sum_over(by_gpu: dict[int, list[Point]]) -> list[Point]:
-    at: dict[float, float] = {}
-    for points in by_gpu.values():
-        for x, y in points:
-            at[x] = at.get(x, 0.0) + y
-    return [(x, round(y, 2)) for x, y in sorted(at.items())]
+    return [(x, round(sum(ys), 2)) for x, ys in by_time(by_gpu)]

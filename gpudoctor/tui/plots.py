@@ -20,7 +20,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 from textual_plotext import PlotextPlot
 
-from gpudoctor.series import SPLIT_LABELS, Point, RunSeries
+from gpudoctor.series import SPLIT_LABELS, Point, RunSeries, by_time
 
 # the stretches a person can choose: (key, seconds, words); inf: the whole run
 RANGES = (("1", 60.0, "last minute"), ("2", 600.0, "last 10 minutes"), ("3", math.inf, "whole run"))
@@ -163,14 +163,10 @@ def spread(
 ) -> list[tuple[str, list[Point], str | None, bool]]:
     """Many lines (a 64-core host, a 16-GPU node) as their lowest and highest at each
     time: one line each would be unreadable."""
-    at: dict[float, list[float]] = {}
-    for points in series.values():
-        for x, y in points:
-            at.setdefault(x, []).append(y)
-    xs = sorted(at)
+    at = by_time(series)
     return [
-        (f"highest of {len(series)} {what}", [(x, max(at[x])) for x in xs], "red", False),
-        (f"lowest of {len(series)} {what}", [(x, min(at[x])) for x in xs], "blue", False),
+        (f"highest of {len(series)} {what}", [(x, max(ys)) for x, ys in at], "red", False),
+        (f"lowest of {len(series)} {what}", [(x, min(ys)) for x, ys in at], "blue", False),
     ]
 
 
