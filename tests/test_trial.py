@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -249,9 +250,10 @@ def test_plan_names_the_flag_the_probe_or_says_it_cannot() -> None:
 def test_batch_size_finder_recognises_the_cuda_oom_and_bisects(tmp_path: Path) -> None:
     report = tmp_path / "tune.json"
     job = str(Path(__file__).parent / "jobs" / "oom_above.py")
+    store = str(tmp_path / "s.db")
     proc = doctor(
-        "tune", "batch-size", "--report", str(report), "--", PY, job, "--fits-up-to", "48",
-        timeout=600,
+        "--store", store, "tune", "batch-size", "--report", str(report), "--", PY, job,
+        "--fits-up-to", "48", timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     found = json.loads(report.read_text())["batch_size"]
@@ -262,6 +264,15 @@ def test_batch_size_finder_recognises_the_cuda_oom_and_bisects(tmp_path: Path) -
     assert "largest batch size that fits: 48" in proc.stderr
     # each try ran in a fresh process with the script's own flag set
     assert "try 2 (at most ~" in proc.stderr and "): batch size 16" in proc.stderr
+    # the search on the HTML page of its last try's session, each size with its session
+    page = doctor("--store", store, "report", "last", "--format", "html")
+    assert page.returncode == 0, page.stderr
+    assert "<h2>Batch-size search (tune)</h2>" in page.stdout
+    assert "largest that fits: <b>48</b>" in page.stdout
+    assert "<tr><td>64</td><td>oom</td>" in page.stdout
+    runs = {t["batch_size"] for t in found["tries"]}  # a size tried twice ran once
+    sessions = re.findall(r"<td>(\d+)</td></tr>", page.stdout)
+    assert sorted(map(int, sessions)) == list(range(1, len(runs) + 1))
 
 
 def test_batch_size_finder_on_cpu_halves_below_the_memory_cap(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ itself is prescribe/batch_size.py's."""
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -17,6 +18,7 @@ from gpudoctor.prescribe import batch_size as finder
 from gpudoctor.prescribe.how import script_flag
 from gpudoctor.prescribe.rerun import with_batch_size
 from gpudoctor.prescribe.trial import Arm
+from gpudoctor.redact import redact_argv
 from gpudoctor.store import Store
 from gpudoctor.timeline import Timeline
 
@@ -58,7 +60,13 @@ def tune_batch_size(
         tries.append(t)
         return t
 
-    return finder.search(first.batch_size, cached, cap=request.cap)
+    found = finder.search(first.batch_size, cached, cap=request.cap)
+    if tuner.last_session is not None:  # on the last try's: `report last --format html`
+        outcome = {"command": redact_argv(request.command), **found.as_dict()}
+        outcome["sessions"] = tuner.sessions
+        store.add(tuner.last_session, "tune", time.monotonic_ns(), outcome)
+        store.commit()
+    return found
 
 
 def memory_cap(request: TuneRequest) -> int | None:
@@ -90,6 +98,8 @@ class _Tuner:
         self.cap_bytes = cap_bytes
         self.facts: dict[str, Any] | None = None
         self.tries = 0
+        self.sessions: dict[str, int] = {}  # each size's session (JSON: keys are text)
+        self.last_session: int | None = None
 
     def try_size(self, size: int | None) -> finder.Try:
         """One run at `size` (None: the job as it is, which tells its own size)."""
@@ -120,6 +130,7 @@ class _Tuner:
             warmup_steps=0,
         )  # fmt: skip
         conclude(job, self.store, "en")
+        self.last_session = job.session_id
         if self.facts is None:
             self.facts = job.timeline.merged_facts()
         if size is None:
@@ -130,6 +141,8 @@ class _Tuner:
                     "give the first size with --start N"
                 )
         result = classify(job.timeline, arm, size, over_cap[0], self.cap_bytes)
+        if job.session_id is not None:
+            self.sessions[str(size)] = job.session_id
         speed = f", {result.samples_per_s:.1f} samples/s" if result.samples_per_s else ""
         mem = f", peak {result.peak_bytes / 2**20:.0f} MiB" if result.peak_bytes else ""
         self.progress(f"  {result.reason}{speed}{mem}")

@@ -89,11 +89,12 @@ def report(args: argparse.Namespace) -> int:
         store = open_store(args)
         try:
             trials = store.records_of(session_id, "trial")  # a trial that ended with it
+            tunes = store.records_of(session_id, "tune")  # a batch-size search that did
         except StoreError as exc:
             raise UsageError(f"gpudoctor report: {exc}") from None
         finally:
             store.close()
-        sys.stdout.write(page(rebuilt, run_series(timeline), trials))
+        sys.stdout.write(page(rebuilt, run_series(timeline), trials, tunes))
     else:
         sys.stdout.write(rebuilt.to_json() if args.format == "json" else markdown(rebuilt))
     return 0

@@ -134,9 +134,15 @@ def head(title: str) -> list[str]:
     ]
 
 
-def page(report: Report, series: RunSeries, trials: Sequence[dict[str, Any]] = ()) -> str:
+def page(
+    report: Report,
+    series: RunSeries,
+    trials: Sequence[dict[str, Any]] = (),
+    tunes: Sequence[dict[str, Any]] = (),
+) -> str:
     """The session's page; `trials`: the outcomes of trials whose last run it was (as
-    `trial --report x.json` writes them)."""
+    `trial --report x.json` writes them); `tunes`: of batch-size searches whose last
+    try it was."""
     e = html.escape
     parts = [
         *head(f"gpudoctor report, session {report.session}"),
@@ -197,6 +203,8 @@ def page(report: Report, series: RunSeries, trials: Sequence[dict[str, Any]] = (
         parts.append("</table>")
     for t in trials:
         parts += trial_part(t)
+    for t in tunes:
+        parts += tune_part(t)
     if report.hotspots:
         parts.append("<h2>Where the time outside the model goes</h2><table>")
         parts.append(
@@ -239,6 +247,31 @@ def trial_part(t: dict[str, Any]) -> list[str]:
         out.append(f"<li>predicted: {p['low']:.2f}x to {p['high']:.2f}x ({e(p['basis'])})</li>")
     out.append(f"<li>treatment: <code>{e(str(t.get('treatment_shown', '')))}</code></li>")
     out.append("</ul>")
+    return out
+
+
+def tune_part(t: dict[str, Any]) -> list[str]:
+    """A batch-size search this run ended: the sizes tried, what each did, the answer."""
+    e = html.escape
+    out = [
+        "<h2>Batch-size search (tune)</h2>",
+        f"<p>largest that fits: <b>{t['largest_fitting']}</b>; fastest: "
+        f"<b>{t['fastest']}</b>; stopped by: {e(str(t['stopped_by']))}</p>",
+        "<table><tr><th>batch size</th><th>result</th><th>samples/s</th>"
+        "<th>peak memory</th><th>session</th></tr>",
+    ]
+    sessions = t.get("sessions") or {}
+    for tried in t["tries"]:
+        rate = tried["samples_per_s"]
+        peak = tried["peak_bytes"]
+        out.append(
+            f"<tr><td>{tried['batch_size']}</td><td>{e(str(tried['reason']))}</td>"
+            f"<td>{rate if rate is not None else ''}</td>"
+            f"<td>{f'{peak / 2**20:.0f} MiB' if peak else ''}</td>"
+            f"<td>{sessions.get(str(tried['batch_size']), '')}</td></tr>"
+        )
+    out.append("</table>")
+    out.append(f"<p>command: <code>{e(' '.join(t.get('command') or []))}</code></p>")
     return out
 
 
