@@ -92,7 +92,8 @@ def test_fix_writes_a_kept_override_as_a_diff_of_the_script(tmp_path: Path) -> N
     jobs = tmp_path / "jobs"
     shutil.copytree(SAMPLES, jobs, ignore=shutil.ignore_patterns("__pycache__"))
     report = tmp_path / "fix.json"
-    job = ("dataloader_no_flag.py", "--seconds", "600", "--decode-work", "1", "--read-ms", "1")
+    # the wait mostly storage (a sleep): more workers buy about 2x however busy the CPUs
+    job = ("dataloader_no_flag.py", "--seconds", "600", "--decode-work", "0", "--read-ms", "1.5")
     proc = doctor(
         "fix", "--steps", "60", "--report", str(report), "--", PY, *job, cwd=jobs, timeout=380
     )
