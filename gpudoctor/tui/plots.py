@@ -49,6 +49,7 @@ class RunPlot(PlotextPlot):
         self.drawn: RunSeries | None = None
         self.title = ""  # what it shows, once drawn (tests read it)
         self.trouble: str | None = None  # why Plotext could not draw it, if it could not
+        self._built: tuple[tuple[int, Any, str], RenderResult] | None = None
 
     def draw(self, s: RunSeries | None) -> None:
         if s is self.drawn:
@@ -60,14 +61,24 @@ class RunPlot(PlotextPlot):
             self.trouble = f"{type(error).__name__}: {error}"
         else:
             self.trouble = None
+        self._built = None
         self.refresh()
 
     def render(self) -> RenderResult:
         if self.trouble is None:
+            # the same drawing at the same size in the same theme: the text already built
+            # (Textual renders a widget again for reasons of its own, a layout, a hover;
+            # Plotext builds the whole plot each time it is asked)
+            key = (id(self.drawn), self.size, self.app.theme)
+            if self._built is not None and self._built[0] == key:
+                return self._built[1]
             try:
-                return super().render()
+                text = super().render()
             except Exception as error:
                 self.trouble = f"{type(error).__name__}: {error}"
+            else:
+                self._built = (key, text)
+                return text
         return Text(f"{self.title or TITLES[self.kind]}: cannot draw ({self.trouble})", "dim")
 
     def _draw(self, s: RunSeries | None) -> None:
