@@ -15,11 +15,11 @@ from gpudoctor.prescribe.edits import loader_diff
 
 pytestmark = pytest.mark.timeout(400)
 
-# the trial tests' loader-bound job: each sample waits 1 ms for storage and decodes in
-# ~0.3 ms, no workers; more workers overlap the waits, on a busy machine too
+# the loader-bound job: each sample waits 2 ms for storage and decodes in ~0.3 ms, no
+# workers; more workers overlap the waits (sleeps), on a busy 2-core machine too
 LOADER_BOUND = (
     PY, str(SAMPLES / "dataloader_bound.py"), "--seconds", "600", "--decode-work", "1",
-    "--read-ms", "1",
+    "--read-ms", "2",
 )  # fmt: skip
 
 
@@ -35,7 +35,7 @@ def test_fix_keeps_more_workers_and_says_what_to_edit_by_hand(tmp_path: Path) ->
     predicted = first["predicted"]
     assert 0 < predicted["low"] <= predicted["high"] and "waiting for data" in predicted["basis"]
     assert first["kept"] and first["ci95"][0] > 1.0 and first["verdict"] == "faster"
-    # the command to use from now on, and the whole visit against the first run
+    # the command to use from now on, and the whole visit against the job as it was
     assert visit["final_command"][-2:] == ["--num-workers", "2"]
     assert visit["speedup"] > 1.0 and visit["ci95"][0] > 1.0
     assert visit["stopped_by"] in ("no remedy left", "budget")

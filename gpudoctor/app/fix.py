@@ -64,8 +64,11 @@ def fix(
     check_baseline(first_arm, "nothing to fix")
     facts = first_job.timeline.merged_facts()  # the script's options and loaders as they ran
     cores = cores_of(first_job.timeline)
-    first_arms = [first_arm]
     base_arms: list[Arm] = [first_arm]
+    # every run of the job as it was (the first, and the baseline runs of trials until a
+    # remedy is kept: the same list until then), for the whole visit's interval; one
+    # run alone has no spread between runs and made it 0.5x-7x wide
+    first_arms = base_arms
     timeline = first_job.timeline
     kept: list[str] = []
     tried: set[str] = set()

@@ -343,7 +343,10 @@ def fix_text(r: FixResult) -> str:
             cells = "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True))
             lines.append(("  " + cells).rstrip())
     if r.overall is not None:
-        lines.append(f"  the whole visit: {speedup_words(r.overall)} (final against the first run)")
+        lines.append(
+            f"  the whole visit: {speedup_words(r.overall)} "
+            "(the final configuration against the job as it was)"
+        )
         if r.final.overrides:  # the probe's: they act only under the doctor
             lines.append(f"  use: {redact_text(r.final.shown(under_doctor=True))}")
             if r.final_diff:
