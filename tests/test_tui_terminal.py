@@ -198,12 +198,39 @@ def test_tune_on_a_terminal_shows_progress_and_the_result(tmp_path: Path) -> Non
     )
     try:
         wait_screen(name, "tune batch-size", "try 1", timeout=30)  # the app, with its bar
-        text = wait_screen(name, "largest that fits: 48", timeout=240)
+        text = wait_screen(name, "largest batch size that fits: 48", "q to quit", timeout=240)
         assert "oom" in text
         tmux("send-keys", "-t", name, "q")
         text = wait_screen(name, "SHELL-IS-BACK", timeout=30)
         assert done.read_text().strip() == "EXIT=0"
         assert "largest batch size that fits: 48" in text  # the summary after the app
+    finally:
+        close(name, tmp_path)
+
+
+@pytest.mark.timeout(300)
+def test_fix_on_a_terminal_shows_the_visit_as_it_goes(tmp_path: Path) -> None:
+    """`fix` in a window: the runs as they go, the bar of the budget spent, then the path
+    taken and the line to use; q leaves it, and the same words stay on the terminal."""
+    name = f"gpudoctor-fix-{tmp_path.name}"
+    job = f"{PY} {SAMPLES / 'dataloader_bound.py'} --seconds 600 --decode-work 1 --read-ms 2"
+    done = run_in_tmux(
+        tmp_path,
+        name,
+        f"GPUDOCTOR_STORE={tmp_path / 's.db'} {PY} -m gpudoctor fix --steps 30 -- {job}",
+    )
+    try:
+        text = wait_screen(name, "gpudoctor fix", "samples/s", timeout=60)  # a run measured
+        assert "each remedy tried on fresh runs of:" in text and "baseline:" in text
+        tmux("send-keys", "-t", name, "q")  # not yet: the visit goes on
+        text = wait_screen(name, "trying more-workers", timeout=60)
+        text = wait_screen(name, "remedy tried in", "q to quit", timeout=200)
+        assert re.search(r"1\s+more-workers\s+--num-workers 0 -> 2", text), text
+        assert "100%" in text  # the bar, full at the end
+        tmux("send-keys", "-t", name, "q")
+        text = wait_screen(name, "SHELL-IS-BACK", timeout=30)
+        assert done.read_text().strip() == "EXIT=0"
+        assert "remedy tried in" in text and "use: " in text  # the summary after the app
     finally:
         close(name, tmp_path)
 

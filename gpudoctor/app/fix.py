@@ -51,7 +51,8 @@ def fix(
     runs: list[float] = []  # each run's duration, for the budget
 
     def run(label: str, t: Treatment) -> tuple[LaunchedJob, Arm]:
-        progress(f"{label}: {' '.join(redact_argv(list(t.argv)))}")
+        spent = (time.monotonic() - started) / request.budget_s  # the bar: the budget
+        progress(f"{label}: {' '.join(redact_argv(list(t.argv)))}", spent)
         t0 = time.monotonic()
         job, arm = run_arm(t.argv, t.env, request.steps, store, output=output)
         conclude(job, store, request.lang)

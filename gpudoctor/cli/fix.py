@@ -7,12 +7,14 @@ import argparse
 
 from gpudoctor.app import errors
 from gpudoctor.app import fix as visits
+from gpudoctor.app.progress import Progress
 from gpudoctor.app.trial import BaselineFailed
 from gpudoctor.cli.common import (
     UsageError,
     command_of,
     err,
     lang_of,
+    on_terminal,
     open_log,
     open_store,
     report_path,
@@ -20,6 +22,8 @@ from gpudoctor.cli.common import (
     write_file,
 )
 from gpudoctor.jobs import LaunchError
+from gpudoctor.prescribe.visit import FixResult
+from gpudoctor.redact import redact_argv
 from gpudoctor.report import to_json
 from gpudoctor.report.render import fix_document, fix_markdown, fix_text
 
@@ -37,8 +41,23 @@ def command(args: argparse.Namespace) -> int:
     progress = say("gpudoctor fix")
     log = open_log(store, "fix", "fix")
     progress(f"the runs' output goes to {log.path}")
+
+    def visit(said: Progress) -> FixResult:
+        return visits.fix(request, store, said, output=log.file)
+
     try:
-        result = visits.fix(request, store, progress, output=log.file)
+        if on_terminal():  # the visit as it goes, and its outcome, in a window
+            from gpudoctor.tui.work import run_work_app
+
+            result = run_work_app(
+                "gpudoctor fix",
+                f"each remedy tried on fresh runs of: {' '.join(redact_argv(request.command))}",
+                visit,
+                fix_text,
+                "still trying: each run ends within its steps (Ctrl-C stops the visit)",
+            )
+        else:
+            result = visit(progress)
     except LaunchError as exc:
         progress(str(exc))
         return exc.exit_code

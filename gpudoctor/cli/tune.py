@@ -51,9 +51,15 @@ def command(args: argparse.Namespace) -> int:
 
     try:
         if on_terminal():
-            from gpudoctor.tui.tune import run_tune_app
+            from gpudoctor.tui.work import run_work_app
 
-            found = run_tune_app(search, " ".join(redact_argv(request.command)))
+            found = run_work_app(
+                "gpudoctor tune batch-size",
+                f"each size a fresh run of: {' '.join(redact_argv(request.command))}",
+                search,
+                tune_text,
+                "still searching: each try ends within its steps",
+            )
         else:
             found = search(progress)
     except LaunchError as exc:
