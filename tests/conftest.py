@@ -52,8 +52,16 @@ def busy_neighbours(n: int = 2) -> Iterator[list[int]]:
                 os.kill(pid, signal.SIGKILL)
 
 
+def as_from_a_terminal() -> None:
+    """SIGINT as a terminal's shell leaves it: a suite started in the background of a
+    script inherits it ignored, and the doctor and the job would inherit that in turn
+    (the doctor's polite stop, a SIGINT, would then wait for its SIGTERM)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def doctor(*args: str, timeout: float = 120, **kwargs: Any) -> subprocess.CompletedProcess[str]:
     """`gpudoctor ARGS...` as a user runs it, its output captured."""
+    kwargs.setdefault("preexec_fn", as_from_a_terminal)
     return subprocess.run(
         [PY, "-m", "gpudoctor", *args], capture_output=True, text=True, timeout=timeout, **kwargs
     )

@@ -103,8 +103,10 @@ def test_more_workers_on_a_healthy_in_memory_job_is_no_gain(tmp_path: Path) -> N
     proc, result = trial(tmp_path, "--apply", "more-workers", "--repeat", "2", *job)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert result["applied"][0]["change"] == "--num-workers 0 -> 2"
+    # no gain claimed: the interval holds 1 or lies below it (its point estimate, on a
+    # busy 2-core machine, has read 1.17x beside a 0.8-1.6 interval)
     assert result["verdict"] in ("no better than noise", "slower"), result
-    assert result["speedup"] < 1.1
+    assert result["ci95"][0] <= 1.0, result
 
 
 def test_a_trial_beside_busy_processes_says_so_and_claims_no_gain(tmp_path: Path) -> None:
