@@ -23,4 +23,7 @@ ruff check .
 ruff format --check .
 mypy
 lint-imports
-python -m pytest "$@"
+# two tests at a time (pytest-xdist; each may start a job and a doctor): the suite in
+# about 22 minutes on a 2-core machine instead of 37, and every measuring test beside
+# another busy one, as on a shared GPU server. GPUDOCTOR_TEST_WORKERS=0: one at a time.
+python -m pytest -n "${GPUDOCTOR_TEST_WORKERS:-2}" --dist worksteal "$@"
