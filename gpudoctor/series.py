@@ -210,7 +210,7 @@ def _by_interval(
     out: list[tuple[int, list[StepRecord]]] = []
     if not stretch:
         return out
-    first = bisect.bisect_left(stretch, start, key=_step_end)
+    first = 0  # the stretch's steps all ended at `start` or after
     for i in range((stretch[-1].t_end_mono_ns - start) // width_ns + 1):
         last = bisect.bisect_left(stretch, start + (i + 1) * width_ns, key=_step_end)
         taken = stretch[first:last]

@@ -66,6 +66,11 @@ class Snapshot:
     def running(self) -> bool:
         return self.exit is None
 
+    @property
+    def cores_allowed(self) -> int:
+        """The cores the job may use (its host reading), what a remedy's words size to."""
+        return self.host.cores_allowed if self.host else (os.cpu_count() or 1)
+
 
 def take(
     timeline: Timeline,

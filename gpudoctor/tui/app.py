@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -229,9 +228,10 @@ class DoctorApp(App[JobExit | None]):
         finding = next((f for f in s.findings if f.id == finding_id), None) if s else None
         if s is None or finding is None:
             return
-        cores = s.host.cores_allowed if s.host else (os.cpu_count() or 1)
         predicted = s.predictions.get(finding.id)
-        self.push_screen(FindingScreen(finding, s.facts, cores, self.lang, s.hotspots, predicted))
+        self.push_screen(
+            FindingScreen(finding, s.facts, s.cores_allowed, self.lang, s.hotspots, predicted)
+        )
 
     def action_quit_doctor(self) -> None:
         self.exit(self.job_exit)

@@ -286,8 +286,7 @@ class FindingsPanel(OptionList):
     # a tall screen has the rows: each finding's first remedy as its concrete action
     # for this job ("run it with --num-workers 4"), not only the remedy's title
     actions = False
-    _facts: dict[str, object] | None = None
-    _cores = 1
+    _shown_in: Snapshot | None = None  # the snapshot the prompts' actions are sized to
 
     def show_actions(self, actions: bool, s: Snapshot | None) -> None:
         if actions != self.actions:
@@ -297,8 +296,7 @@ class FindingsPanel(OptionList):
                 self.show(s)
 
     def show(self, s: Snapshot) -> None:
-        self._facts = s.facts
-        self._cores = s.host.cores_allowed if s.host else 1
+        self._shown_in = s
         if s.findings == self.shown and (s.findings or s.running == self.running):
             return  # unchanged: keep the highlight where the user left it
         before, self.shown, self.running = self.shown, s.findings, s.running
@@ -320,9 +318,9 @@ class FindingsPanel(OptionList):
         self.highlighted = min(highlighted or 0, len(s.findings) - 1)
 
     def _prompt(self, f: Finding) -> Text:
-        action = None
-        if self.actions and f.remedies and f.remedies[0] in CATALOGUE:
-            action = how(f.remedies[0], dict(self._facts or {}), self._cores, self.lang)
+        action, s = None, self._shown_in
+        if self.actions and s is not None and f.remedies and f.remedies[0] in CATALOGUE:
+            action = how(f.remedies[0], s.facts, s.cores_allowed, self.lang)
         return _prompt(f, self.lang, action)
 
 
