@@ -278,3 +278,6 @@ class Remedy:
     flags: tuple[str, ...] = ()  # script flags that apply it, when the script has one
     probe_override: str | None = None  # how the probe can apply it in-process
     beyond_guide: bool = False
+    # it changes what the job computes (precision, fusion, reduction order): a rerun
+    # keeps it only when the loss stays within tolerance (prescribe/loss.py)
+    changes_numerics: bool = False

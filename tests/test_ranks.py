@@ -110,7 +110,7 @@ def test_a_job_whose_all_reduce_dominates_is_comm_bound(tmp_path: Path) -> None:
     assert finding_ids(report)[0] == "comm-bound"
     top = top_finding(report)
     assert top["severity"] == "high" and "straggler" not in finding_ids(report)
-    assert [r["id"] for r in top["remedies"]] == ["ddp-no-sync", "ddp-bf16-compress", "ddp-buckets"]
+    assert [r["id"] for r in top["remedies"]] == ["ddp-no-sync", "comm-hook-bf16", "ddp-buckets"]
 
 
 def test_a_single_process_job_has_no_ranks(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ from gpudoctor.prescribe.rerun import NotApplicable, Treatment, plan
 from gpudoctor.prescribe.trial import Arm, Comparison
 from gpudoctor.prescribe.visit import FixResult, FixStep
 from gpudoctor.redact import redact_argv
+from gpudoctor.report.render import numerics_words
 from gpudoctor.store import Store
 from gpudoctor.timeline import Timeline
 
@@ -106,6 +107,8 @@ def fix(
         step = FixStep(remedy, finding.id, tuple(new), prediction, comparison)
         steps.append(step)
         lo, hi = comparison.ci95
+        if step.changes_numerics:
+            progress(f"  {numerics_words(step)}")
         progress(
             f"  measured {comparison.speedup:.2f}x [{lo:.2f}, {hi:.2f}], "
             f"{comparison.verdict}: {'kept' if step.kept else 'not kept'}"

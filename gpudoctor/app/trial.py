@@ -4,6 +4,7 @@ repeated (B T T B ...); or two recorded runs. The statistics are prescribe/trial
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -21,6 +22,7 @@ from gpudoctor.jobs import LaunchedJob
 from gpudoctor.prescribe.predict import Prediction, predict
 from gpudoctor.prescribe.rerun import NotApplicable, Treatment, plan
 from gpudoctor.prescribe.trial import TRIAL_WARMUP_STEPS, Arm, Comparison, TrialResult, arm_of
+from gpudoctor.probe import ENV_OVERRIDES
 from gpudoctor.redact import redact_argv
 from gpudoctor.store import Store
 from gpudoctor.timeline import Timeline
@@ -200,6 +202,7 @@ def run_arm(
     """One run under the doctor (headless), stopped once it has `steps` steady steps
     (warm-up excluded), when `stop_if` says so, or when it ends by itself. LaunchError
     when it cannot start."""
+    env = with_loss_tap(env)
     job = LaunchedJob(list(argv), store, interval_s=0.5, extra_env=env, output=output)
     job.start()
     wanted = warmup_steps + WARMUP_STEPS + steps
@@ -218,6 +221,16 @@ def run_arm(
     finally:
         job.close()
     return job, arm_of(job.timeline, job.session_id, steps, warmup_steps)
+
+
+def with_loss_tap(env: dict[str, str]) -> dict[str, str]:
+    """The run's environment with the probe asked to record the loss (each side alike:
+    a remedy that changes numerics is kept only if the loss stays; prescribe/loss.py)."""
+    try:
+        overrides = json.loads(env.get(ENV_OVERRIDES) or "{}")
+    except ValueError:
+        return env
+    return {**env, ENV_OVERRIDES: json.dumps({**overrides, "record_loss": True})}
 
 
 def rate_words(arm: Arm) -> str:

@@ -22,6 +22,7 @@ def _r(
     flags: tuple[str, ...] = (),
     probe_override: str | None = None,
     beyond_guide: bool = False,
+    changes_numerics: bool = False,
 ) -> Remedy:
     return Remedy(
         id=id,
@@ -32,6 +33,7 @@ def _r(
         flags=flags,
         probe_override=probe_override,
         beyond_guide=beyond_guide,
+        changes_numerics=changes_numerics,
     )
 
 
@@ -203,6 +205,8 @@ CATALOGUE: dict[str, Remedy] = {
             "with torch.autocast('cuda', dtype=torch.float16):\n    loss = criterion(model(x), y)\n"
             "scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()",
             flags=("--amp", "--fp16", "--bf16", "--mixed-precision"),
+            probe_override="autocast",
+            changes_numerics=True,
         ),
         _r(
             "grad-accum",
@@ -230,6 +234,40 @@ CATALOGUE: dict[str, Remedy] = {
             ),
             "model = torch.compile(model)",
             flags=("--compile", "--torch-compile"),
+            probe_override="compile",
+            changes_numerics=True,
+        ),
+        _r(
+            "tf32-matmul",
+            "amp",
+            ("Let float32 matmuls use TF32", "让 float32 矩阵乘法使用 TF32"),
+            (
+                "On Ampere and later GPUs, TF32 runs float32 matrix multiplies on tensor "
+                "cores with a 10-bit mantissa: several times the float32 rate, with no "
+                "change to the code's dtypes. Check that the loss still converges.",
+                "在 Ampere 及更新的 GPU 上，TF32 让 float32 矩阵乘法以 10 位尾数在 Tensor Core "
+                "上运行：速度是 float32 的数倍，代码中的数据类型无需改动。请确认 loss 仍正常收敛。",
+            ),
+            'torch.set_float32_matmul_precision("high")',
+            probe_override="matmul_precision",
+            beyond_guide=True,
+            changes_numerics=True,
+        ),
+        _r(
+            "fewer-threads",
+            "dataloader",
+            ("Give the loader workers their cores", "把 CPU 核心留给数据加载 worker"),
+            (
+                "The training process's intra-op threads (one per core by default) compete "
+                "with the DataLoader workers for the same cores; on a small machine, fewer "
+                "threads in the training process leave the workers room.",
+                "训练进程的算子内线程（默认每个核心一个）与 DataLoader worker 争用同一批核心；"
+                "在核心较少的机器上，减少训练进程的线程数可以给 worker 留出空间。",
+            ),
+            "torch.set_num_threads(max(1, os.cpu_count() - num_workers))",
+            probe_override="threads",
+            beyond_guide=True,
+            changes_numerics=True,
         ),
         _r(
             "cudnn-benchmark",
@@ -292,7 +330,7 @@ CATALOGUE: dict[str, Remedy] = {
             beyond_guide=True,
         ),
         _r(
-            "ddp-bf16-compress",
+            "comm-hook-bf16",
             "multi-gpu",
             ("Send gradients in bf16", "以 bf16 传输梯度"),
             (

@@ -16,7 +16,7 @@ from gpudoctor.diagnosis.remedies import CATALOGUE
 from gpudoctor.prescribe.how import MAX_WORKERS, script_flag, suggested_value, suggested_workers
 from gpudoctor.probe import ENV_OVERRIDES
 
-# In-process values for the probe's overrides (DataLoader keywords, cudnn.benchmark).
+# In-process values for the probe's overrides (DataLoader keywords; the switches: _switch).
 # prefetch_factor 4: twice DataLoader's default of 2 batches per worker.
 PREFETCH_FACTOR = 4
 
@@ -28,8 +28,19 @@ class Change:
     change: str  # what changed, as a user reads it: "--num-workers 0 -> 2"
     why: str = ""  # how the value was chosen
 
-    def as_dict(self) -> dict[str, str]:
-        return {"remedy": self.remedy, "via": self.via, "change": self.change, "why": self.why}
+    @property
+    def changes_numerics(self) -> bool:
+        remedy = CATALOGUE.get(self.remedy)
+        return remedy is not None and remedy.changes_numerics
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "remedy": self.remedy,
+            "via": self.via,
+            "change": self.change,
+            "why": self.why,
+            "changes_numerics": self.changes_numerics,
+        }
 
 
 @dataclass(frozen=True)
@@ -111,14 +122,69 @@ def _apply(remedy_id: str, t: Treatment, facts: dict[str, Any], cores: int) -> T
             if key in ("prefetch_factor", "persistent_workers") and not loader.get("num_workers"):
                 raise NotApplicable(f"{key} needs DataLoader workers: apply more-workers too")
             change = f"DataLoader {key}={current!r} -> {value!r}"
-        else:  # cudnn.benchmark
-            overrides["cudnn_benchmark"] = True
-            change = f"torch.backends.cudnn.benchmark {facts.get('cudnn_benchmark')!r} -> True"
+        else:
+            key, value, change = _switch(remedy_id, override, facts, cores, loader)
+            overrides[key] = value
         return Treatment(t.argv, overrides, (*t.applied, Change(remedy_id, "probe", change, why)))
     raise NotApplicable(
         f"{remedy_id} cannot be applied on a rerun of this job (no script flag for it, no "
         f"in-process switch): by hand, {CATALOGUE[remedy_id].snippet.splitlines()[0]}"
     )
+
+
+# Ampere (compute capability 8.0) brought bfloat16 and TF32 to tensor cores (NVIDIA A100
+# Tensor Core GPU Architecture whitepaper); float16 autocast would need a GradScaler,
+# which the probe does not add.
+BF16_CAPABILITY = (8, 0)
+
+
+def _switch(
+    remedy_id: str, override: str, facts: dict[str, Any], cores: int, loader: dict[str, Any]
+) -> tuple[str, Any, str]:
+    """A process-wide or per-model switch of the probe's: its key in the overrides, its
+    value, and the change as words (NotApplicable when it cannot help this job)."""
+    device = str(facts.get("device") or "cpu").split(":")[0]
+    capability = tuple(facts.get("cuda_capability") or ())
+    if override == "cudnn.benchmark":
+        return (
+            "cudnn_benchmark", True,
+            f"torch.backends.cudnn.benchmark {facts.get('cudnn_benchmark')!r} -> True",
+        )  # fmt: skip
+    if override == "autocast":
+        if facts.get("autocast_seen"):
+            raise NotApplicable("the job already runs under autocast")
+        if device == "cuda" and capability and capability < BF16_CAPABILITY:
+            raise NotApplicable(
+                f"bfloat16 needs compute capability 8.0 (this GPU: {capability[0]}."
+                f"{capability[1]}), and float16 needs a GradScaler in the training loop: "
+                f"by hand, {CATALOGUE[remedy_id].snippet.splitlines()[0]}"
+            )
+        return (
+            "autocast", "bfloat16",
+            f"the model's forward under torch.autocast({device!r}, dtype=torch.bfloat16)",
+        )  # fmt: skip
+    if override == "compile":
+        if facts.get("compiled"):
+            raise NotApplicable("the model is compiled already")
+        return "compile", True, "model.compile() (torch.compile of the root module, in place)"
+    if override == "matmul_precision":
+        if device != "cuda" or (capability and capability < BF16_CAPABILITY):
+            raise NotApplicable(
+                "TF32 runs on NVIDIA GPUs of compute capability 8.0 and later; this job "
+                f"computes on {device}{' ' + '.'.join(map(str, capability)) if capability else ''}"
+            )
+        return "matmul_precision", "high", 'torch.set_float32_matmul_precision("high")'
+    if override == "threads":
+        threads = facts.get("intra_op_threads")
+        workers = int(loader.get("num_workers") or 0)
+        value = max(1, cores - workers)
+        if not workers or not isinstance(threads, int) or value >= threads:
+            raise NotApplicable(
+                f"the training process runs {threads} intra-op threads beside {workers} "
+                f"loader workers on {cores} cores: none to give back"
+            )
+        return "threads", value, f"torch.set_num_threads({value}) (it runs {threads} threads now)"
+    raise NotApplicable(f"no in-process switch {override!r} for {remedy_id}")
 
 
 def with_batch_size(argv: list[str], facts: dict[str, Any], size: int) -> Treatment:

@@ -22,6 +22,7 @@ from typing import Any
 from gpudoctor.diagnosis.rules.noisy_neighbour import busiest, contended
 from gpudoctor.diagnosis.window import WARMUP_STEPS, Window
 from gpudoctor.model import HostSample, StepRecord
+from gpudoctor.prescribe.loss import LossCheck
 from gpudoctor.prescribe.predict import Prediction
 from gpudoctor.prescribe.rerun import Change
 from gpudoctor.redact import redact_argv, redact_text
@@ -62,6 +63,9 @@ class Arm:
     # per steady step: other processes took the cores the job waited for
     busy: tuple[bool, ...] = ()
     others: str = ""  # who they were, as words
+    # the loss each backward was given, from the run's first (when the probe recorded
+    # it: trials and `fix` ask for it), for remedies that change numerics (loss.py)
+    losses: tuple[float, ...] = ()
 
     @property
     def samples_per_s(self) -> float | None:
@@ -115,7 +119,8 @@ def arm_of(
     # past the trial's warm-up, the diagnosis's too (the window cuts it only from a
     # run's first steps)
     chosen = tuple(records)[skip + WARMUP_STEPS if skip else 0 : upto]
-    w = Window(steps=chosen, facts=timeline.merged_facts())
+    facts = timeline.merged_facts()
+    w = Window(steps=chosen, facts=facts)
     steady = w.steady_steps
     batches = [s.batch_size for s in w.detailed_steps if s.batch_size]
     exit_ = timeline.exit
@@ -135,6 +140,7 @@ def arm_of(
         total_steps=timeline.total_steps(),
         busy=busy,
         others=busiest(list(dict.fromkeys(crowded))) if crowded else "",
+        losses=tuple(float(v) for v in facts.get("losses") or () if isinstance(v, int | float)),
     )
 
 
@@ -329,9 +335,11 @@ class Comparison:
     ci95: tuple[float, float]
     verdict: str
     crowding: Crowding | None = None
+    loss: LossCheck | None = None  # the loss with the treatment against without it
 
     @classmethod
     def of(cls, baseline: Sequence[Arm], treatment: Sequence[Arm]) -> Comparison:
+        loss = LossCheck.of(baseline, treatment)
         crowding = _crowding(baseline, treatment)
         if crowding is not None and crowding.left_out:
             baseline = [q for q in (a.quiet() for a in baseline) if q.walls_s]
@@ -339,7 +347,7 @@ class Comparison:
         point, ci = speedup(baseline, treatment)
         return cls(
             Side(tuple(baseline)), Side(tuple(treatment)), point, ci, verdict(ci, treatment),
-            crowding,
+            crowding, loss,
         )  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
@@ -350,6 +358,7 @@ class Comparison:
             "ci95": [round(self.ci95[0], 4), round(self.ci95[1], 4)],
             "verdict": self.verdict,
             "machine_busy": self.crowding.as_dict() if self.crowding else None,
+            "loss": self.loss.as_dict() if self.loss else None,
         }
 
 

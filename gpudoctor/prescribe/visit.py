@@ -24,8 +24,19 @@ class FixStep:
     comparison: Comparison
 
     @property
+    def changes_numerics(self) -> bool:
+        return any(ch.changes_numerics for ch in self.changes)
+
+    @property
+    def loss_kept(self) -> bool:
+        """The loss stayed within tolerance, or the change leaves numerics alone."""
+        loss = self.comparison.loss
+        return not self.changes_numerics or (loss is not None and loss.within)
+
+    @property
     def kept(self) -> bool:
-        return self.comparison.ci95[0] > 1.0 and self.comparison.verdict == "faster"
+        c = self.comparison
+        return c.ci95[0] > 1.0 and c.verdict == "faster" and self.loss_kept
 
     def as_dict(self) -> dict[str, Any]:
         c = self.comparison
@@ -38,6 +49,8 @@ class FixStep:
             "ci95": [round(c.ci95[0], 4), round(c.ci95[1], 4)],
             "verdict": c.verdict,
             "machine_busy": c.crowding.as_dict() if c.crowding else None,
+            "changes_numerics": self.changes_numerics,
+            "loss": c.loss.as_dict() if c.loss else None,
             "kept": self.kept,
         }
 

@@ -233,9 +233,15 @@ class ModelHooks:
         agent.fact("conv_layers", sum(1 for m in module.modules() if isinstance(m, conv)))
         agent.fact("leaf_modules", sum(1 for m in module.modules() if not m._modules))
         agent.fact("parameters", sum(p.numel() for p in module.parameters()))
+        agent.fact("intra_op_threads", int(torch.get_num_threads()))
         if name not in self.root_names:
             self.root_names.append(name)
             agent.fact("root_modules", list(self.root_names))
+        for callback in agent.root_callbacks:
+            try:
+                callback(module)
+            except Exception as exc:
+                agent.error("root-override", exc)
 
     # -- the group's life -------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """Remedies the user asked the doctor to apply in-process (a trial's treatment, through
-GPUDOCTOR_OVERRIDES): DataLoader keyword arguments and cudnn.benchmark. Nothing here
-runs unless asked: without overrides the job's objects are built exactly as it asks."""
+GPUDOCTOR_OVERRIDES): DataLoader keyword arguments and cudnn.benchmark here, those
+that change numerics in numerics.py. Nothing here runs unless asked: without overrides
+the job's objects are built exactly as it asks."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 from .agent import Agent
 from .invisible import drop_own_frame, unseen
+from .numerics import applied, apply_numerics
 
 # Keyword arguments DataLoader accepts only with worker processes (it raises otherwise).
 WORKER_ONLY = ("prefetch_factor", "persistent_workers")
@@ -20,7 +22,7 @@ def apply_overrides(agent: Agent, torch: Any) -> None:
     if overrides.get("cudnn_benchmark") is not None:
         try:
             torch.backends.cudnn.benchmark = bool(overrides["cudnn_benchmark"])
-            agent.fact("overrides_applied", {"cudnn_benchmark": torch.backends.cudnn.benchmark})
+            applied(agent, "cudnn_benchmark", torch.backends.cudnn.benchmark)
         except Exception as exc:
             agent.error("cudnn-override", exc)
     loader_overrides = dict(overrides.get("dataloader") or {})
@@ -29,6 +31,7 @@ def apply_overrides(agent: Agent, torch: Any) -> None:
             _override_dataloader(agent, torch, loader_overrides)
         except Exception as exc:
             agent.error("dataloader-override", exc)
+    apply_numerics(agent, torch)
 
 
 def _override_dataloader(agent: Agent, torch: Any, overrides: dict[str, Any]) -> None:
@@ -74,7 +77,7 @@ def _apply(
             before = arguments.get(key, (extra or {}).get(key))
             arguments[key] = value
             changed[key] = [before, value]
-        agent.fact("overrides_applied", {"dataloader": changed})
+        applied(agent, "dataloader", changed)
         return bound.args[1:], dict(bound.kwargs)
     except Exception as exc:
         agent.error("dataloader-override", exc)

@@ -66,6 +66,8 @@ AUDIT_KEYS = (
     "script_options",
     "cuda_total_bytes",
     "cuda_visible_devices",
+    "intra_op_threads",
+    "overrides_applied",
 )
 
 

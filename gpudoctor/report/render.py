@@ -10,7 +10,7 @@ from typing import Any
 from gpudoctor.prescribe.batch_size import SAFETY_MARGIN, Found
 from gpudoctor.prescribe.predict import Prediction
 from gpudoctor.prescribe.trial import Comparison, TrialResult
-from gpudoctor.prescribe.visit import FixResult
+from gpudoctor.prescribe.visit import FixResult, FixStep
 from gpudoctor.redact import redact_argv, redact_text
 from gpudoctor.report.values import SCHEMA, HotspotLine, Json, Profile, Report, StepMeasures
 from gpudoctor.units import flop_text, ms_text, rate_text
@@ -233,8 +233,17 @@ def trial_text(r: TrialResult) -> str:
     )
     if c.crowding is not None:
         lines.append(f"  {c.crowding.words()}")
+    if any(a.changes_numerics for a in r.applied):
+        lines.append(f"  changes numerics: {loss_words(c)}")
     lines.append(f"  treatment command: {redact_text(r.treatment_shown)}")
     return "\n".join(lines) + "\n"
+
+
+def loss_words(c: Comparison) -> str:
+    """What a change of numerics did to the loss (prescribe/loss.py)."""
+    if c.loss is None:
+        return "the loss was not recorded on every run (no backward seen): it cannot be checked"
+    return c.loss.words()
 
 
 def speedup_words(c: Comparison) -> str:
@@ -266,6 +275,8 @@ def trial_markdown(r: TrialResult) -> str:
     if c.crowding is not None:
         lines.append(f"- {c.crowding.words()}")
     lines += [f"- applied `{a.remedy}` via {a.via}: {a.change}" for a in r.applied]
+    if any(a.changes_numerics for a in r.applied):
+        lines.append(f"- changes numerics: {loss_words(c)}")
     if r.predicted is not None and r.predicted.known:
         lines.append(f"- predicted {r.predicted.words()} ({r.predicted.basis})")
     return "\n".join(lines) + "\n"
@@ -342,6 +353,9 @@ def fix_text(r: FixResult) -> str:
         for row in rows:
             cells = "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True))
             lines.append(("  " + cells).rstrip())
+        lines += [
+            f"  #{n} {numerics_words(s)}" for n, s in enumerate(r.steps, 1) if s.changes_numerics
+        ]
     if r.overall is not None:
         lines.append(
             f"  the whole visit: {speedup_words(r.overall)} "
@@ -367,6 +381,15 @@ def fix_text(r: FixResult) -> str:
     return "\n".join(lines) + "\n"
 
 
+def numerics_words(s: FixStep) -> str:
+    """A fix step whose change alters numerics: what the loss did, and so whether the
+    change could be kept on its speed."""
+    words = f"changes numerics: {loss_words(s.comparison)}"
+    if not s.loss_kept:
+        words += "; not kept whatever its speed"
+    return words
+
+
 def fix_markdown(r: FixResult) -> str:
     lines = ["# gpudoctor fix", ""]
     lines += ["| # | remedy | change | predicted | measured | 95% interval | kept |"]
@@ -379,6 +402,7 @@ def fix_markdown(r: FixResult) -> str:
             f"{c.ci95[0]:.2f}-{c.ci95[1]:.2f} | {'yes' if s.kept else 'no'} |"
         )
     lines.append("")
+    lines += [f"- #{n} {numerics_words(s)}" for n, s in enumerate(r.steps, 1) if s.changes_numerics]
     if r.overall is not None:
         lines.append(f"- the whole visit: {speedup_words(r.overall)}")
         lines.append(f"- use: `{redact_text(r.final.shown())}`")

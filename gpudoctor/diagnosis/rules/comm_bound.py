@@ -50,6 +50,6 @@ def evaluate(w: Window) -> Finding | None:
             f"all {len(ranks)} ranks wait in together (backward beyond twice the forward's "
             "compute), not to computing."
         ),
-        remedies=("ddp-no-sync", "ddp-bf16-compress", "ddp-buckets"),
+        remedies=("ddp-no-sync", "comm-hook-bf16", "ddp-buckets"),
         estimated_gain=round(share, 3),
     )

@@ -8,6 +8,9 @@ from gpudoctor.model import Finding
 # Tensor cores for fp16 arrive with compute capability 7.0 (Volta); the profiler
 # plugin recommended AMP whenever it saw none on such a GPU.
 MIN_CAPABILITY = (7, 0)
+# TF32 arrives with compute capability 8.0 (Ampere: NVIDIA A100 Tensor Core GPU
+# Architecture whitepaper): float32 matmuls on tensor cores, no change of dtype.
+TF32_CAPABILITY = (8, 0)
 MIN_FORWARDS = 20
 
 ID = "no-mixed-precision"
@@ -33,5 +36,5 @@ def evaluate(w: Window) -> Finding | None:
             f"{f.get('forwards')} forward passes in float32 with autocast never active on "
             f"{name} (compute capability {capability[0]}.{capability[1]}, tensor cores)."
         ),
-        remedies=("amp",),
+        remedies=("amp", "tf32-matmul") if capability >= TF32_CAPABILITY else ("amp",),
     )
