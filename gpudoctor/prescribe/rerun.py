@@ -173,6 +173,8 @@ def _switch(
                 "TF32 runs on NVIDIA GPUs of compute capability 8.0 and later; this job "
                 f"computes on {device}{' ' + '.'.join(map(str, capability)) if capability else ''}"
             )
+        if (facts.get("flops") or {}).get("tf32_matmul"):
+            raise NotApplicable("the job's float32 matmuls use TF32 already")
         return "matmul_precision", "high", 'torch.set_float32_matmul_precision("high")'
     if override == "threads":
         threads = facts.get("intra_op_threads")

@@ -36,5 +36,13 @@ def evaluate(w: Window) -> Finding | None:
             f"{f.get('forwards')} forward passes in float32 with autocast never active on "
             f"{name} (compute capability {capability[0]}.{capability[1]}, tensor cores)."
         ),
-        remedies=("amp", "tf32-matmul") if capability >= TF32_CAPABILITY else ("amp",),
+        remedies=("amp", "tf32-matmul") if _tf32_helps(f, capability) else ("amp",),
     )
+
+
+def _tf32_helps(facts: dict[str, object], capability: tuple[int, ...]) -> bool:
+    """TF32 is there to switch on: an Ampere or later GPU, and the job's float32
+    matmuls do not use it yet (as the probe saw torch's switch on a counted step)."""
+    counted = facts.get("flops")
+    on = isinstance(counted, dict) and bool(counted.get("tf32_matmul"))
+    return capability >= TF32_CAPABILITY and not on
