@@ -40,7 +40,7 @@ QUIET_MODULES = {
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if item.module is not None and item.module.__name__ in QUIET_MODULES:
+        if item.path.stem in QUIET_MODULES:
             item.add_marker(pytest.mark.quiet)
 
 

@@ -133,6 +133,11 @@ def test_a_trial_of_mixed_precision_checks_the_loss(tmp_path: Path) -> None:
     assert loss["difference"] < LOSS_TOLERANCE
     assert "changes numerics: mean loss over the first" in proc.stderr
     assert "within the tolerance of 2.0%" in proc.stderr
+    # the treatment's last run's page says it too
+    session = str(trial["treatment"]["runs"][-1]["session"])
+    page = doctor("report", session, "--format", "html").stdout
+    assert "<li>changes numerics: mean loss over the first" in page
+    assert "within the tolerance (2.0%)" in page
 
 
 def test_a_trial_of_fewer_threads_beside_the_loaders_workers(tmp_path: Path) -> None:

@@ -245,6 +245,16 @@ def trial_part(t: dict[str, Any]) -> list[str]:
     p = t.get("predicted") or {}
     if p.get("low") is not None:
         out.append(f"<li>predicted: {p['low']:.2f}x to {p['high']:.2f}x ({e(p['basis'])})</li>")
+    loss = t.get("loss")
+    if loss and any(c.get("changes_numerics") for c in t.get("applied", [])):
+        verdict = "within" if loss["within"] else "outside"
+        treated, tolerance = loss["treatment_mean"], loss["tolerance"]
+        out.append(
+            f"<li>changes numerics: mean loss over the first {loss['steps']} steps "
+            f"{loss['baseline_mean']:.4g} as it was, "
+            f"{'not finite' if treated is None else f'{treated:.4g}'} with it, {verdict} the "
+            f"tolerance ({'none' if tolerance is None else f'{tolerance:.1%}'})</li>"
+        )
     out.append(f"<li>treatment: <code>{e(str(t.get('treatment_shown', '')))}</code></li>")
     out.append("</ul>")
     return out
