@@ -25,25 +25,6 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 PY = sys.executable
 
 
-# The modules whose tests measure a job (its findings, a speedup, step timings, the
-# doctor's own timing): scripts/test.sh runs them one at a time after the others, which
-# run two at a time. The machine may still be shared (CI's is): these tests must hold
-# beside a busy process, and some run one on purpose (busy_neighbours), but not beside
-# another test that loads both cores for its whole length.
-QUIET_MODULES = {
-    "test_fix", "test_faults", "test_hotspots", "test_newcomer", "test_nodes", "test_numerics",
-    "test_outside_scripts", "test_probe_promises", "test_ranks", "test_sample_jobs",
-    "test_sampling", "test_speed_of_light", "test_trial", "test_tui_plots", "test_tui_terminal",
-    "test_watch",
-}  # fmt: skip
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if item.path.stem in QUIET_MODULES:
-            item.add_marker(pytest.mark.quiet)
-
-
 @pytest.fixture(autouse=True)
 def _private_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No test writes to the user's own session store."""
