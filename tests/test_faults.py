@@ -22,7 +22,7 @@ import psutil
 import pytest
 from conftest import PY, ROOT, SAMPLES, doctor
 from rich.cells import cell_len
-from test_probe_promises import job, plain_output, the_job, wait_for_line, wait_gone
+from test_probe_promises import job, plain_started, the_job, wait_for_line, wait_gone
 from test_tui_terminal import close, run_in_tmux, tmux, wait_screen
 
 from gpudoctor.app.follow import Follower
@@ -61,7 +61,7 @@ def doctor_lines(tmp_path: Path) -> list[str]:
 
 def test_a_doctor_stopped_for_10_s_keeps_every_count_and_says_so(tmp_path: Path) -> None:
     script = job(tmp_path)
-    expected = plain_output(script, "3000", "0.003")
+    expected = plain_started(script, "3000", "0.003")()  # before: it computes more than it sleeps
     doctor_proc = start(tmp_path, PY, str(script), "3000", "0.003")
     the_job(doctor_proc)
     wait_for_line(tmp_path / "out.txt", "step 80 ")
@@ -85,7 +85,7 @@ def test_a_doctor_stopped_for_10_s_keeps_every_count_and_says_so(tmp_path: Path)
 
 def test_sigkill_of_the_doctor_leaves_the_job_and_history_shows_its_steps(tmp_path: Path) -> None:
     script = job(tmp_path)
-    expected = plain_output(script, "160", "0.02")
+    expected = plain_started(script, "160", "0.02")
     doctor_proc = start(tmp_path, PY, str(script), "160", "0.02")
     job_process = the_job(doctor_proc)
     wait_for_line(tmp_path / "out.txt", "step 48 ")
@@ -102,7 +102,7 @@ def test_sigkill_of_the_doctor_leaves_the_job_and_history_shows_its_steps(tmp_pa
     doctor_proc.send_signal(signal.SIGKILL)
     doctor_proc.wait()
     wait_gone(job_process)
-    assert (tmp_path / "out.txt").read_text() == expected
+    assert (tmp_path / "out.txt").read_text() == expected()
     listed = doctor("history").stdout.splitlines()[1]
     assert "incomplete" in listed
     steps = int(listed.split("incomplete", 1)[1].split()[0])
@@ -114,7 +114,7 @@ def test_sigkill_of_the_doctor_leaves_the_job_and_history_shows_its_steps(tmp_pa
 
 def test_sighup_in_the_tui_records_on_and_a_second_terminal_attaches(tmp_path: Path) -> None:
     script = job(tmp_path)
-    expected = plain_output(script, "800", "0.02")
+    expected = plain_started(script, "800", "0.02")
     store = tmp_path / "s.db"
     report = tmp_path / "r.json"
     first, viewer = f"gd-hup-{tmp_path.name}", f"gd-view-{tmp_path.name}"
@@ -150,7 +150,7 @@ def test_sighup_in_the_tui_records_on_and_a_second_terminal_attaches(tmp_path: P
     assert result["doctor"]["terminal_hung_up_at_s"] is not None
     assert any("The terminal went away" in n for n in result["notes"])
     log = Path(result["doctor"]["output_log"])
-    assert log.read_text() == expected  # the job's output, whole, in its log
+    assert log.read_text() == expected()  # the job's output, whole, in its log
     assert " exit (0) " in doctor("--store", str(store), "history").stdout
 
 
@@ -187,7 +187,7 @@ def test_a_store_on_a_full_filesystem_loses_nothing_unsaid(tmp_path: Path) -> No
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(tiny)], check=True)
     try:
         script = job(tmp_path)
-        expected = plain_output(script, "2000", "0.002")
+        expected = plain_started(script, "2000", "0.002")()  # before: it computes as much
         proc = doctor(
             "--store", str(tiny / "s.db"), "run", "--headless", "--report", str(tmp_path / "r.json"),
             "--", PY, str(script), "2000", "0.002",

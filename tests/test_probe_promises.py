@@ -9,6 +9,7 @@ import socket
 import subprocess
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -49,8 +50,24 @@ def job(tmp_path: Path) -> Path:
 
 
 def plain_output(script: Path, *args: str) -> str:
-    return subprocess.run([PY, str(script), *args], capture_output=True, text=True, check=True,
-                          env=env_without_probe()).stdout  # fmt: skip
+    return plain_started(script, *args)()
+
+
+def plain_started(script: Path, *args: str) -> Callable[[], str]:
+    """The job run alone (no doctor), started now; the call returns its output once it
+    has ended. The job mostly sleeps: run beside the doctored run, it saves a test the
+    job's length and changes nothing either prints (its output is its seeded result)."""
+    proc = subprocess.Popen(
+        [PY, str(script), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=env_without_probe(),
+    )  # fmt: skip
+
+    def output() -> str:
+        out, err = proc.communicate(timeout=240)
+        assert proc.returncode == 0, err[-2000:]
+        return out
+
+    return output
 
 
 def start_doctor(tmp_path: Path, *args: str, out: Path) -> subprocess.Popen[bytes]:

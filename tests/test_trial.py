@@ -115,7 +115,7 @@ def test_a_trial_beside_busy_processes_says_so_and_claims_no_gain(tmp_path: Path
     the trial says who took the cores instead of inventing a gain."""
     job = ("--", PY, str(SAMPLES / "in_memory_loader.py"), "--seconds", "600")
     with busy_neighbours(2) as burners:
-        proc, result = trial(tmp_path, "--apply", "more-workers", "--steps", "60", *job)
+        proc, result = trial(tmp_path, "--apply", "more-workers", "--steps", "30", *job)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert result["verdict"] != "faster", result
     busy = result["machine_busy"]
