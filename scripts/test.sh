@@ -24,9 +24,8 @@ ruff format --check .
 mypy
 lint-imports
 # one test at a time by default: each test's job and doctor keep this 2-core machine's
-# cores busy already, and two at a time (GPUDOCTOR_TEST_WORKERS=2, pytest-xdist) was no
-# faster (2026-12-02: the half of the suite that measures no job took 18 minutes two at
-# a time) while tests that measure the job failed beside another busy test
+# cores busy already; two at a time (GPUDOCTOR_TEST_WORKERS=2, pytest-xdist) has made
+# tests that measure a job fail beside another busy test (issue 15)
 workers="${GPUDOCTOR_TEST_WORKERS:-0}"
 if [ "$workers" != 0 ]; then
     set -- -n "$workers" --dist worksteal "$@"
