@@ -46,20 +46,19 @@ def applied(agent: Agent, key: str, value: Any) -> None:
 def apply_numerics(agent: Agent, torch: Any) -> None:
     """The process-wide switches now; the per-root ones when a root is found."""
     o = agent.overrides
-    if o.get("matmul_precision"):
-        try:
-            before = torch.get_float32_matmul_precision()
-            torch.set_float32_matmul_precision(str(o["matmul_precision"]))
-            applied(agent, "matmul_precision", [before, torch.get_float32_matmul_precision()])
-        except Exception as exc:
-            agent.error("matmul-precision-override", exc)
-    if o.get("threads"):
-        try:
-            before = torch.get_num_threads()
-            torch.set_num_threads(int(o["threads"]))
-            applied(agent, "threads", [before, torch.get_num_threads()])
-        except Exception as exc:
-            agent.error("threads-override", exc)
+    switches = (
+        ("matmul_precision", "float32_matmul_precision", str),
+        ("threads", "num_threads", int),
+    )
+    for key, name, kind in switches:
+        if o.get(key):
+            try:  # torch's get_X and set_X, looked up here: an old torch lacks one
+                get, set_ = getattr(torch, f"get_{name}"), getattr(torch, f"set_{name}")
+                before = get()
+                set_(kind(o[key]))
+                applied(agent, key, [before, get()])
+            except Exception as exc:
+                agent.error(f"{key.replace('_', '-')}-override", exc)
     if o.get("record_loss"):
         try:
             agent.groups.append(LossTap(agent, torch))
