@@ -17,7 +17,8 @@ from windows import cuda_facts, host, steps, window
 
 from gpudoctor.app.sessions import load
 from gpudoctor.diagnosis.remedies import CATALOGUE
-from gpudoctor.diagnosis.rules import cpu_saturated, no_mixed_precision
+from gpudoctor.diagnosis.rules import cpu_saturated, no_mixed_precision, noisy_neighbour
+from gpudoctor.model import Finding
 from gpudoctor.prescribe.loss import LOSS_TOLERANCE, LossCheck
 from gpudoctor.prescribe.predict import Prediction
 from gpudoctor.prescribe.rerun import Change, NotApplicable, plan
@@ -255,3 +256,20 @@ def test_the_findings_offer_the_switches_where_they_apply() -> None:
 
     assert saturated(2)[-1] == "fewer-threads"
     assert "fewer-threads" not in saturated(1)
+
+    def crowded(threads: int, workers: int) -> Finding:
+        facts = {"dataloaders": [{"num_workers": workers}], "intra_op_threads": threads}
+        w = window(host=host(run_delay=0.6, others_cores=1.0, cores=2), facts=facts)
+        found = noisy_neighbour.evaluate(w)
+        assert found is not None
+        return found
+
+    # beside a busy process the job's own threads and workers outnumber its cores: the
+    # neighbour's finding offers the job's own share of the remedy, and says why
+    own = crowded(2, 2)
+    assert own.remedies == ("fewer-threads",)
+    assert "The job adds to it: 2 intra-op threads and 2 loader workers on 2 allowed cores" in (
+        own.evidence
+    )
+    assert crowded(1, 2).remedies == () and crowded(2, 0).remedies == ()
+    assert "adds to it" not in crowded(1, 2).evidence

@@ -52,6 +52,32 @@ def test_beside_busy_processes_the_doctor_names_them(tmp_path: Path) -> None:
     evidence = found["noisy-neighbour"]["evidence"]
     assert any(f"pid {pid}" in evidence for pid in burners), evidence
     assert finding_ids(report, "high", "medium") == []
+    # its two threads and no workers do not outnumber the cores: nothing of its own to change
+    assert found["noisy-neighbour"]["remedies"] == [] and "adds to it" not in evidence
+
+
+def test_beside_a_busy_process_a_job_that_oversubscribes_is_offered_fewer_threads(
+    tmp_path: Path,
+) -> None:
+    """cpu_saturated.py runs a worker per core beside as many intra-op threads: with a core
+    taken by another process its compute step, under a millisecond alone, waits for cores
+    (its threads on each other) and its data wait falls, so cpu-saturated is not raised;
+    the neighbour's finding offers the job's own share, fewer threads."""
+    with busy_neighbours(1) as burners:
+        proc, report = run_job(tmp_path, SAMPLES / "cpu_saturated.py", "--seconds", "12")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    found = {f["id"]: f for f in report["findings"]}
+    assert "noisy-neighbour" in found, report["findings"]
+    neighbour = found["noisy-neighbour"]
+    assert f"pid {burners[0]}" in neighbour["evidence"]
+    threads, workers = (
+        report["facts"]["intra_op_threads"], report["facts"]["dataloaders"][0]["num_workers"]
+    )  # fmt: skip
+    assert (
+        f"The job adds to it: {threads} intra-op threads and {workers} loader workers"
+        in neighbour["evidence"]
+    ), neighbour["evidence"]
+    assert [r["id"] for r in neighbour["remedies"]] == ["fewer-threads"]
 
 
 SLEEPY = """

@@ -311,6 +311,21 @@ class Window:
         inside = tuple(h for h in self.host if t0 <= h.t_mono_ns <= t1 + 1_000_000_000)
         return inside or self.host
 
+    def own_threads_oversubscribe(self) -> str | None:
+        """The training process's intra-op threads and its DataLoader workers together ask
+        for more cores than the job may use (the probe's facts), as words; else None."""
+        threads = self.facts.get("intra_op_threads")
+        workers = int((self.facts.get("dataloaders") or [{}])[0].get("num_workers") or 0)
+        allowed = self.steady_host[-1].cores_allowed if self.steady_host else 0
+        if not isinstance(threads, int) or threads <= 1 or not workers or not allowed:
+            return None
+        if threads + workers <= allowed:
+            return None
+        return (
+            f"{threads} intra-op threads and {workers} loader worker"
+            f"{'' if workers == 1 else 's'} on {allowed} allowed core{'' if allowed == 1 else 's'}"
+        )
+
     @cached_property
     def steady_gpus(self) -> tuple[GpuSample, ...]:
         t0 = self.start_mono_ns + int(WARMUP_SECONDS * 1e9)

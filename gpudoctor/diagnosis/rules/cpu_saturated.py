@@ -56,16 +56,10 @@ def evaluate(w: Window) -> Finding | None:
             f"{median_cores:.1f} of {allowed} allowed cores busy (median): more workers "
             f"cannot help, less work per sample can.{by_whom}"
         ),
-        remedies=("preprocess-offline", "fewer-transforms", *_threads(w, allowed)),
+        remedies=(
+            "preprocess-offline",
+            "fewer-transforms",
+            *(("fewer-threads",) if w.own_threads_oversubscribe() else ()),
+        ),
         estimated_gain=round(w.data_wait_fraction, 3),
     )
-
-
-def _threads(w: Window, allowed: int) -> tuple[str, ...]:
-    """fewer-threads when the training process's intra-op threads and the loader's
-    workers together ask for more cores than the job may use."""
-    threads = w.facts.get("intra_op_threads")
-    workers = int((w.facts.get("dataloaders") or [{}])[0].get("num_workers") or 0)
-    if isinstance(threads, int) and threads > 1 and threads + workers > allowed:
-        return ("fewer-threads",)
-    return ()
