@@ -9,7 +9,8 @@ import sys
 from argparse import Namespace
 from collections.abc import Callable
 
-from gpudoctor.cli.common import USAGE_ERROR, UsageError, on_terminal
+from gpudoctor import i18n
+from gpudoctor.cli.common import USAGE_ERROR, UsageError, lang_of, on_terminal
 
 # command -> (module of gpudoctor.cli, function): only the chosen one is imported
 COMMANDS = {
@@ -34,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     args_list = sys.argv[1:] if argv is None else argv
     try:
         args = build_parser().parse_args(args_list)
+        i18n.use(lang_of(args))  # before anything is written for a person
         if args.command_name is None:
             if on_terminal():
                 from gpudoctor.cli.home import home

@@ -48,7 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="sampling period (default 1 s)",
     )
-    run.add_argument("--lang", choices=("en", "zh"), default=None, help="language of the remedies")
+    run.add_argument(
+        "--lang",
+        choices=("en", "zh"),
+        default=None,
+        help="language of what the doctor writes (default: the locale)",
+    )
     run.add_argument(
         "--profile-steps", type=_positive_int, metavar="N",
         help="run torch.profiler over N steps after the warm-up; the top operators go "
@@ -93,7 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="sampling period (default 1 s)",
     )
     watch.add_argument(
-        "--lang", choices=("en", "zh"), default=None, help="language of the remedies"
+        "--lang",
+        choices=("en", "zh"),
+        default=None,
+        help="language of what the doctor writes (default: the locale)",
     )
     watch.add_argument("--metrics", metavar="[HOST:]PORT", help=METRICS_HELP)
 

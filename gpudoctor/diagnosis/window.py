@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpudoctor.diagnosis.hotspots import Hotspots, hotspots
 from gpudoctor.diagnosis.rollup import StepRollup
+from gpudoctor.i18n import _, ngettext
 from gpudoctor.model import (
     COUNTER_NAMES,
     CpuPeak,
@@ -321,9 +322,10 @@ class Window:
             return None
         if threads + workers <= allowed:
             return None
-        return (
-            f"{threads} intra-op threads and {workers} loader worker"
-            f"{'' if workers == 1 else 's'} on {allowed} allowed core{'' if allowed == 1 else 's'}"
+        return _("{threads} intra-op threads and {workers} on {allowed}").format(
+            threads=threads,
+            workers=ngettext("{n} loader worker", "{n} loader workers", workers).format(n=workers),
+            allowed=ngettext("{n} allowed core", "{n} allowed cores", allowed).format(n=allowed),
         )
 
     @cached_property

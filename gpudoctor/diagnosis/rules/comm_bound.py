@@ -14,6 +14,7 @@ import statistics
 
 from gpudoctor.diagnosis.ranks import RankMeasure
 from gpudoctor.diagnosis.window import Window
+from gpudoctor.i18n import _
 from gpudoctor.model import Finding
 from gpudoctor.units import ms_text
 
@@ -44,12 +45,12 @@ def evaluate(w: Window) -> Finding | None:
     return Finding(
         id=ID,
         severity="high" if share >= HIGH_SHARE else "medium",
-        title="The ranks spend much of each step communicating",
-        evidence=(
-            f"about {ms_text(comm)} of a {ms_text(step)} step ({share:.0%}) goes to collectives "
-            f"all {len(ranks)} ranks wait in together (backward beyond twice the forward's "
-            "compute), not to computing."
-        ),
+        title=_("The ranks spend much of each step communicating"),
+        evidence=_(
+            "about {comm} of a {step} step ({share:.0%}) goes to collectives all {ranks} "
+            "ranks wait in together (backward beyond twice the forward's compute), not to "
+            "computing."
+        ).format(comm=ms_text(comm), step=ms_text(step), share=share, ranks=len(ranks)),
         remedies=("ddp-no-sync", "comm-hook-bf16", "ddp-buckets"),
         estimated_gain=round(share, 3),
     )

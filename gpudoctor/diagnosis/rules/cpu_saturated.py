@@ -5,6 +5,7 @@ from __future__ import annotations
 from gpudoctor.diagnosis.rules.input_bound import is_input_bound
 from gpudoctor.diagnosis.rules.noisy_neighbour import busiest
 from gpudoctor.diagnosis.window import Window
+from gpudoctor.i18n import _
 from gpudoctor.model import Finding
 
 # DESIGN.md section 4: the job's processes use more than 90% of the allowed cores.
@@ -43,19 +44,19 @@ def evaluate(w: Window) -> Finding | None:
     by_whom = ""
     if others >= NAMED_OTHERS_CORES:
         who = busiest(list(hosts))
-        by_whom = (
-            f" The job itself uses {jobs:.1f} of them; other processes take {others:.1f}"
-            f"{': ' + who if who else ''}."
-        )
+        by_whom = _(
+            " The job itself uses {jobs:.1f} of them; other processes take {others:.1f}"
+        ).format(jobs=jobs, others=others) + (f": {who}." if who else ".")
     return Finding(
         id=ID,
         severity="high" if w.data_wait_fraction > 0.4 else "medium",
-        title="The CPU cannot prepare batches any faster",
-        evidence=(
-            f"{w.data_wait_fraction:.0%} of each step waits for data while the job keeps "
-            f"{median_cores:.1f} of {allowed} allowed cores busy (median): more workers "
-            f"cannot help, less work per sample can.{by_whom}"
-        ),
+        title=_("The CPU cannot prepare batches any faster"),
+        evidence=_(
+            "{wait:.0%} of each step waits for data while the job keeps {cores:.1f} of "
+            "{allowed} allowed cores busy (median): more workers cannot help, less work per "
+            "sample can."
+        ).format(wait=w.data_wait_fraction, cores=median_cores, allowed=allowed)
+        + by_whom,
         remedies=(
             "preprocess-offline",
             "fewer-transforms",

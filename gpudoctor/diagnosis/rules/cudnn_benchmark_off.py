@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpudoctor.diagnosis.window import Window
+from gpudoctor.i18n import _
 from gpudoctor.model import Finding
 
 # Guide [cudnn]: torch.backends.cudnn.benchmark = True. It pays when shapes repeat;
@@ -22,10 +23,10 @@ def evaluate(w: Window) -> Finding | None:
     return Finding(
         id=ID,
         severity="low",
-        title="cuDNN autotuning is off",
-        evidence=(
-            f"{f.get('conv_layers')} convolution layers on CUDA, one input shape "
-            f"{tuple(shapes[0])}, torch.backends.cudnn.benchmark is False."
-        ),
+        title=_("cuDNN autotuning is off"),
+        evidence=_(
+            "{layers} convolution layers on CUDA, one input shape {shape}, "
+            "torch.backends.cudnn.benchmark is False."
+        ).format(layers=f.get("conv_layers"), shape=tuple(shapes[0])),
         remedies=("cudnn-benchmark",),
     )

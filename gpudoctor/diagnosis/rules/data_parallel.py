@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpudoctor.diagnosis.window import Window
+from gpudoctor.i18n import _
 from gpudoctor.model import Finding
 
 # Profiler plugin and the PyTorch docs: DataParallel is single-process multi-thread and
@@ -16,8 +17,8 @@ def evaluate(w: Window) -> Finding | None:
     return Finding(
         id=ID,
         severity="medium",
-        title="nn.DataParallel is in use",
-        evidence=(
+        title=_("nn.DataParallel is in use"),
+        evidence=_(
             "The model is wrapped in torch.nn.DataParallel (one process, replicas re-copied "
             "every step, the GIL shared); DistributedDataParallel is the recommended way."
         ),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpudoctor.diagnosis.window import Window
+from gpudoctor.i18n import _
 from gpudoctor.model import Finding
 
 # DESIGN.md section 4: thermal or power slowdown in more than 10% of samples.
@@ -29,7 +30,9 @@ def evaluate(w: Window) -> Finding | None:
     return Finding(
         id=ID,
         severity="medium",
-        title="The GPU is throttling its clocks",
-        evidence=f"clock slowdown ({', '.join(reasons)}) in {share:.0%} of samples: check cooling and power caps.",
+        title=_("The GPU is throttling its clocks"),
+        evidence=_(
+            "clock slowdown ({reasons}) in {share:.0%} of samples: check cooling and power caps."
+        ).format(reasons=", ".join(reasons), share=share),
         remedies=(),
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpudoctor.diagnosis.window import Window
+from gpudoctor.i18n import _
 from gpudoctor.model import Finding
 
 # DESIGN.md section 4: after 20 forwards with grad enabled and no backward at all.
@@ -20,10 +21,10 @@ def evaluate(w: Window) -> Finding | None:
     return Finding(
         id=ID,
         severity="medium",
-        title="Inference runs with gradients enabled",
-        evidence=(
-            f"{with_grad} of {forwards} forward passes ran with autograd on and no backward "
+        title=_("Inference runs with gradients enabled"),
+        evidence=_(
+            "{with_grad} of {forwards} forward passes ran with autograd on and no backward "
             "ever ran: each one keeps activations for a backward that never comes."
-        ),
+        ).format(with_grad=with_grad, forwards=forwards),
         remedies=("no-grad",),
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpudoctor.diagnosis.window import Window
+from gpudoctor.i18n import _
 from gpudoctor.model import Finding
 
 # DESIGN.md section 4 / guide [transfer]: one device-to-host sync per step is already
@@ -19,10 +20,10 @@ def evaluate(w: Window) -> Finding | None:
     return Finding(
         id=ID,
         severity="medium" if w.syncs_per_step >= 2 else "low",
-        title="The host waits for the GPU inside every step",
-        evidence=(
-            f"{w.syncs_per_step:.1f} device-to-host syncs per step on CUDA tensors "
-            "(.item(), .cpu(), .tolist(), printing), each one stalls the GPU queue."
-        ),
+        title=_("The host waits for the GPU inside every step"),
+        evidence=_(
+            "{syncs:.1f} device-to-host syncs per step on CUDA tensors (.item(), .cpu(), "
+            ".tolist(), printing), each one stalls the GPU queue."
+        ).format(syncs=w.syncs_per_step),
         remedies=("defer-sync",),
     )

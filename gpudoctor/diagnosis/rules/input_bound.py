@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpudoctor.diagnosis.hotspots import Hotspot
 from gpudoctor.diagnosis.window import Window
+from gpudoctor.i18n import _
 from gpudoctor.model import Finding, Severity
 from gpudoctor.units import ms_text
 
@@ -62,47 +63,57 @@ def evaluate(w: Window) -> Finding | None:
     wait_ms = fraction * w.step_median_ms
     loaders = w.facts.get("dataloaders") or []
     if w.uses_dataloader:
-        where = "waits for the DataLoader"
+        where = _("waits for the DataLoader")
         loader = loaders[0] if loaders else {}
         workers = loader.get("num_workers")
-        detail = f"num_workers={workers}" if workers is not None else "DataLoader settings unknown"
+        detail = (
+            f"num_workers={workers}" if workers is not None else _("DataLoader settings unknown")
+        )
         if workers is not None and w.estimated:
-            detail = f"{workers} worker processes (num_workers={workers}, seen from outside)"
+            detail = _(
+                "{workers} worker processes (num_workers={workers}, seen from outside)"
+            ).format(workers=workers)
         remedies = _dataloader_remedies(w, loader)
     elif _idle_outside(w, fraction):
-        where = (
+        where = _(
             "is host time outside the model, and the process is mostly idle then: it waits "
             "(sleeping, on a lock, a queue, storage or the network), it does not compute input"
         )
-        detail = "no DataLoader in use"
+        detail = _("no DataLoader in use")
         # overlapping the waits (a loader's workers, or reading ahead) is what helps;
         # precomputing does not
         remedies = ("more-workers", *_storage_remedies(w, ("local-ssd",)))
     else:
-        where = "is host time outside the model (hand-written input code, no DataLoader)"
-        detail = "no DataLoader in use"
+        where = _("is host time outside the model (hand-written input code, no DataLoader)")
+        detail = _("no DataLoader in use")
         remedies = ("preprocess-offline", "more-workers", *_storage_remedies(w))
     busy = _cores_busy(w) + _named_lines(w)
     if w.estimated:  # watch mode: py-spy's samples of the main thread, no step timings
-        where = where.replace("each step", "the main thread's time")
         rate = (
-            f"; about {ms_text(w.step_median_ms)} a step ({w.steps_per_s:.1f} steps/s)"
+            _("; about {step} a step ({rate:.1f} steps/s)").format(
+                step=ms_text(w.step_median_ms), rate=w.steps_per_s
+            )
             if w.steps_per_s
             else ""
         )
-        evidence = (
-            f"{fraction:.0%} of the main thread's samples {where} "
-            f"(py-spy, {w.stack_total} samples){rate}; {detail}{busy}."
+        evidence = _(
+            "{share:.0%} of the main thread's samples {where} (py-spy, {samples} samples)"
+            "{rate}; {detail}{busy}."
+        ).format(
+            share=fraction, where=where, samples=w.stack_total, rate=rate, detail=detail, busy=busy
         )
     else:
-        evidence = (
-            f"{fraction:.0%} of each step {where}: about {ms_text(wait_ms)} of a "
-            f"{ms_text(w.step_median_ms)} median step; {detail}{busy}."
-        )
+        evidence = _(
+            "{share:.0%} of each step {where}: about {wait} of a {step} median step; "
+            "{detail}{busy}."
+        ).format(
+            share=fraction, where=where, wait=ms_text(wait_ms), step=ms_text(w.step_median_ms),
+            detail=detail, busy=busy,
+        )  # fmt: skip
     return Finding(
         id=ID,
         severity=severity,
-        title="Training waits for input data",
+        title=_("Training waits for input data"),
         evidence=evidence,
         remedies=remedies,
         estimated_gain=round(fraction, 3),
@@ -176,13 +187,23 @@ def _named_lines(w: Window) -> str:
     ][:2]
     parts = []
     if main:
-        said = " and ".join(f"{h.share:.0%} {h.state} at {_line(h)}" for h in main)
-        parts.append(f"the main thread spends {said}")
-    if workers:
-        said = " and ".join(
-            f"{h.share:.0%} {'waiting ' if h.state == 'idle' else ''}in {_line(h)}" for h in workers
+        said = _(" and ").join(
+            _("{share:.0%} {state} at {line}").format(
+                share=h.share, state=_("idle") if h.state == "idle" else _("busy"), line=_line(h)
+            )
+            for h in main
         )
-        parts.append(f"the workers spend {said} of their time")
+        parts.append(_("the main thread spends {said}").format(said=said))
+    if workers:
+        said = _(" and ").join(
+            (
+                _("{share:.0%} waiting in {line}")
+                if h.state == "idle"
+                else _("{share:.0%} in {line}")
+            ).format(share=h.share, line=_line(h))
+            for h in workers
+        )
+        parts.append(_("the workers spend {said} of their time").format(said=said))
     return "; " + "; ".join(parts) if parts else ""
 
 
@@ -196,4 +217,6 @@ def _cores_busy(w: Window) -> str:
         return ""
     used = sorted(h.job_cpu_cores for h in hosts)[len(hosts) // 2]
     allowed = hosts[-1].cores_allowed
-    return f"; the job keeps {used:.1f} of {allowed} cores busy"
+    return _("; the job keeps {used:.1f} of {allowed} cores busy").format(
+        used=used, allowed=allowed
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpudoctor.diagnosis.window import Window, percentile
+from gpudoctor.i18n import _
 from gpudoctor.model import Finding
 
 # Guide [common]: "low GPU utilisation: GPU-Util < 50%"; [monitor]: healthy is > 80%.
@@ -28,10 +29,10 @@ def evaluate(w: Window) -> Finding | None:
     return Finding(
         id=ID,
         severity="high" if p95 < 20 else "medium",
-        title="The GPU is mostly idle",
-        evidence=(
-            f"GPU-Util p95 {p95:.0f}% (median {percentile(values, 50):.0f}%) over "
-            f"{len(values)} samples after warm-up; healthy is above 80%."
-        ),
+        title=_("The GPU is mostly idle"),
+        evidence=_(
+            "GPU-Util p95 {p95:.0f}% (median {median:.0f}%) over {samples} samples after "
+            "warm-up; healthy is above 80%."
+        ).format(p95=p95, median=percentile(values, 50), samples=len(values)),
         remedies=(),
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpudoctor.diagnosis.window import Window
+from gpudoctor.i18n import _
 from gpudoctor.model import Finding
 
 # Profiler plugin: memory above 90% of the device. Composer's memory monitor: allocator
@@ -28,10 +29,10 @@ def evaluate(w: Window) -> Finding | None:
     return Finding(
         id=ID,
         severity="high" if best >= RETRY_STREAK else "medium",
-        title="GPU memory is nearly full",
-        evidence=(
-            f"peak reserved {peak:.0%} of {int(total) / 2**30:.1f} GiB; allocator retries "
-            f"{retries[-1]} (rising in {best} straight readings)."
-        ),
+        title=_("GPU memory is nearly full"),
+        evidence=_(
+            "peak reserved {peak:.0%} of {total:.1f} GiB; allocator retries {retries} (rising "
+            "in {streak} straight readings)."
+        ).format(peak=peak, total=int(total) / 2**30, retries=retries[-1], streak=best),
         remedies=("amp", "grad-accum", "smaller-batch"),
     )

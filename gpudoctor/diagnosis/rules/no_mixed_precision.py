@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpudoctor.diagnosis.window import Window
+from gpudoctor.i18n import _
 from gpudoctor.model import Finding
 
 # Tensor cores for fp16 arrive with compute capability 7.0 (Volta); the profiler
@@ -31,11 +32,11 @@ def evaluate(w: Window) -> Finding | None:
     return Finding(
         id=ID,
         severity="medium",
-        title="Mixed precision is off",
-        evidence=(
-            f"{f.get('forwards')} forward passes in float32 with autocast never active on "
-            f"{name} (compute capability {capability[0]}.{capability[1]}, tensor cores)."
-        ),
+        title=_("Mixed precision is off"),
+        evidence=_(
+            "{forwards} forward passes in float32 with autocast never active on {gpu} (compute "
+            "capability {major}.{minor}, tensor cores)."
+        ).format(forwards=f.get("forwards"), gpu=name, major=capability[0], minor=capability[1]),
         remedies=("amp", "tf32-matmul") if _tf32_helps(f, capability) else ("amp",),
     )
 

@@ -8,6 +8,7 @@ processes keep cores busy at the same time."""
 from __future__ import annotations
 
 from gpudoctor.diagnosis.window import Window, percentile
+from gpudoctor.i18n import _, ngettext
 from gpudoctor.model import Finding, GpuProcess, HostSample, OtherProcess
 
 # DESIGN.md section 4: the job waits for a core for more than 20% of its runnable time.
@@ -49,23 +50,35 @@ def _cpu(w: Window) -> Finding | None:
     who = busiest(hit)
     steal = percentile([h.steal_pct or 0.0 for h in hit], 50)
     named = f": {who}" if who else ""
-    vm = f" (of which the hypervisor's steal: {steal:.0f}% of the CPU)" if steal >= 5 else ""
+    vm = (
+        _(" (of which the hypervisor's steal: {steal:.0f}% of the CPU)").format(steal=steal)
+        if steal >= 5
+        else ""
+    )
     # The job's own threads add to the queue when they already outnumber its cores: with
     # cores taken by others, torch's intra-op threads then wait on each other at every op
     # (seen: a 1-ms step at 168 ms). Fewer threads is the job's own share of the remedy.
     own = w.own_threads_oversubscribe()
-    own_words = f" The job adds to it: {own}." if own else ""
+    own_words = _(" The job adds to it: {own}.").format(own=own) if own else ""
     return Finding(
         id=ID,
         severity="high" if delay > 0.5 else "medium",
-        title="Other processes take the CPU this job waits for",
-        evidence=(
-            f"The job's threads waited for a core {delay:.0%} of the time they were ready to "
-            f"run (median of {len(hit)} of {len(hosts)} samples), while other processes kept "
-            f"{others:.1f} of the machine's {cores} cores busy{vm}{named}. Run it where the "
+        title=_("Other processes take the CPU this job waits for"),
+        evidence=_(
+            "The job's threads waited for a core {delay:.0%} of the time they were ready to "
+            "run (median of {hit} of {samples} samples), while other processes kept "
+            "{others:.1f} of the machine's {cores} cores busy{vm}{named}. Run it where the "
             "cores are free, pin it and them to separate cores (taskset), or ask their owner."
-            f"{own_words}"
-        ),
+        ).format(
+            delay=delay,
+            hit=len(hit),
+            samples=len(hosts),
+            others=others,
+            cores=cores,
+            vm=vm,
+            named=named,
+        )  # fmt: skip
+        + own_words,
         remedies=("fewer-threads",) if own else (),
         estimated_gain=round(delay, 3),
     )
@@ -80,8 +93,10 @@ def busiest(hosts: list[HostSample], limit: int = 3) -> str:
                 best[o.pid] = o
     top = sorted(best.values(), key=lambda o: -o.cpu_cores)[:limit]
     return ", ".join(
-        f"{o.name} (pid {o.pid}{', ' + o.user if o.user else ''}) {o.cpu_cores:.1f} "
-        f"core{'' if round(o.cpu_cores, 1) == 1 else 's'}"
+        f"{o.name} (pid {o.pid}{', ' + o.user if o.user else ''}) "
+        + ngettext(
+            "{cores:.1f} core", "{cores:.1f} cores", 1 if round(o.cpu_cores, 1) == 1 else 2
+        ).format(cores=o.cpu_cores)
         for o in top
     )
 
@@ -106,19 +121,19 @@ def _gpu(w: Window) -> Finding | None:
         return None
     names = ", ".join(
         f"pid {p.pid}{' (' + p.user + ')' if p.user else ''}"
-        f"{' ' + _program(p.command) if p.command else ''} up to {p.sm_util_pct}% of the SMs"
+        f"{' ' + _program(p.command) if p.command else ''}"
+        + _(" up to {pct}% of the SMs").format(pct=p.sm_util_pct)
         for p in sorted(busy.values(), key=lambda p: -(p.sm_util_pct or 0))[:3]
     )
     gpus = sorted({g.index for g in samples})
     return Finding(
         id=ID,
         severity="high",
-        title="Other processes share this job's GPU",
-        evidence=(
-            f"In {hit} of {len(samples)} samples another process computed on GPU "
-            f"{', '.join(map(str, gpus))} beside the job: {names}. Give the job a GPU of its "
-            "own (CUDA_VISIBLE_DEVICES) or move them."
-        ),
+        title=_("Other processes share this job's GPU"),
+        evidence=_(
+            "In {hit} of {samples} samples another process computed on GPU {gpus} beside the "
+            "job: {names}. Give the job a GPU of its own (CUDA_VISIBLE_DEVICES) or move them."
+        ).format(hit=hit, samples=len(samples), gpus=", ".join(map(str, gpus)), names=names),
         remedies=(),
     )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpudoctor.diagnosis.rules.input_bound import MEDIUM_FRACTION
 from gpudoctor.diagnosis.window import Window
+from gpudoctor.i18n import _
 from gpudoctor.model import Finding
 
 # Heuristic, no published anchor: below ~50 us of forward time per leaf module the
@@ -36,11 +37,11 @@ def evaluate(w: Window) -> Finding | None:
     return Finding(
         id=ID,
         severity="low",
-        title="Many small operations: torch.compile may fuse them",
-        evidence=(
-            f"{leaves} leaf modules take {us_per_leaf:.0f} us each per forward on average, "
-            "short enough for per-operation overhead to dominate; the model is not compiled "
-            "(a heuristic: a rerun with torch.compile measures it)."
-        ),
+        title=_("Many small operations: torch.compile may fuse them"),
+        evidence=_(
+            "{leaves} leaf modules take {us:.0f} us each per forward on average, short enough "
+            "for per-operation overhead to dominate; the model is not compiled (a heuristic: "
+            "a rerun with torch.compile measures it)."
+        ).format(leaves=leaves, us=us_per_leaf),
         remedies=("torch-compile",),
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpudoctor.diagnosis.window import Window
+from gpudoctor.i18n import _
 from gpudoctor.model import Finding
 
 ID = "out-of-memory"
@@ -21,9 +22,11 @@ def evaluate(w: Window) -> Finding | None:
     return Finding(
         id=ID,
         severity="high",
-        title="The job ran out of memory",
+        title=_("The job ran out of memory"),
         evidence=(
-            f"The job died of {kind or 'an out-of-memory error'} after {w.total_steps} steps"
+            _("The job died of {error} after {steps} steps").format(
+                error=kind or _("an out-of-memory error"), steps=w.total_steps
+            )
             + (f": {first_line}" if first_line else ".")
         ),
         remedies=("smaller-batch", "amp", "grad-accum"),

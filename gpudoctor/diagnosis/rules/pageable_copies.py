@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpudoctor.diagnosis.window import Window
+from gpudoctor.i18n import _
 from gpudoctor.model import Finding
 
 # DESIGN.md section 4: any (guide [dataloader] and [transfer]: pin_memory=True and
@@ -22,10 +23,10 @@ def evaluate(w: Window) -> Finding | None:
     return Finding(
         id=ID,
         severity="low",
-        title="Host-to-GPU copies are synchronous",
-        evidence=(
-            f"{w.pageable_copies_per_step:.1f} host-to-device copies per step come from "
-            f"pageable memory or run without non_blocking=True (pin_memory={pinned})."
-        ),
+        title=_("Host-to-GPU copies are synchronous"),
+        evidence=_(
+            "{copies:.1f} host-to-device copies per step come from pageable memory or run "
+            "without non_blocking=True (pin_memory={pinned})."
+        ).format(copies=w.pageable_copies_per_step, pinned=pinned),
         remedies=remedies,
     )

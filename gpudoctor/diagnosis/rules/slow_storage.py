@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpudoctor.diagnosis.rules.input_bound import is_input_bound
 from gpudoctor.diagnosis.window import Window
+from gpudoctor.i18n import _
 from gpudoctor.model import Finding, HostSample
 
 # SageMaker Debugger IOBottleneck rule: iowait above io_threshold=50% in more than
@@ -45,22 +46,29 @@ def evaluate(w: Window) -> Finding | None:
     read_mb = sorted(h.disk_read_bytes_per_s for h in hosts)[len(hosts) // 2] / 1e6
     signs = []
     if high_iowait > SAMPLE_FRACTION:
-        signs.append(f"iowait above {IOWAIT_PCT:.0f}% in {high_iowait:.0%} of samples")
+        signs.append(
+            _("iowait above {pct:.0f}% in {share:.0%} of samples").format(
+                pct=IOWAIT_PCT, share=high_iowait
+            )
+        )
     if sleeping >= DISK_SLEEP_FRACTION:
-        signs.append(f"the job's processes in disk sleep in {sleeping:.0%} of samples")
+        signs.append(
+            _("the job's processes in disk sleep in {share:.0%} of samples").format(share=sleeping)
+        )
     if reading > SAMPLE_FRACTION:
         signs.append(
-            f"its loading processes reading from storage, none busy on a core, in "
-            f"{reading:.0%} of samples"
+            _(
+                "its loading processes reading from storage, none busy on a core, in "
+                "{share:.0%} of samples"
+            ).format(share=reading)
         )
-    evidence = (
-        f"{w.data_wait_fraction:.0%} of each step waits for data with "
-        f"{' and '.join(signs)}, reading {read_mb:.1f} MB/s from disk."
-    )
+    evidence = _(
+        "{wait:.0%} of each step waits for data with {signs}, reading {mb:.1f} MB/s from disk."
+    ).format(wait=w.data_wait_fraction, signs=_(" and ").join(signs), mb=read_mb)
     return Finding(
         id=ID,
         severity="high" if w.data_wait_fraction > 0.4 else "medium",
-        title="Storage is too slow for the input pipeline",
+        title=_("Storage is too slow for the input pipeline"),
         evidence=evidence,
         remedies=("local-ssd", "preprocess-offline", "memmap"),
         estimated_gain=round(w.data_wait_fraction, 3),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from gpudoctor.diagnosis.rules.input_bound import LOW_FRACTION
 from gpudoctor.diagnosis.rules.low_gpu_util import P95_UTIL_PCT, p95_util
 from gpudoctor.diagnosis.window import Window
+from gpudoctor.i18n import _
 from gpudoctor.model import Finding
 
 # DESIGN.md section 4: memory below 60% used leaves room for a larger batch (no
@@ -33,14 +34,14 @@ def evaluate(w: Window) -> Finding | None:
     if used >= MEMORY_USED_FRACTION:
         return None
     batch = next((s.batch_size for s in w.steady_steps if s.batch_size), None)
-    size = f"batch size {batch}, " if batch else ""
+    size = _("batch size {batch}, ").format(batch=batch) if batch else ""
     return Finding(
         id=ID,
         severity="medium",
-        title="The batch is too small to keep the GPU busy",
-        evidence=(
-            f"GPU-Util p95 {p95:.0f}% with {size}{used:.0%} of GPU memory used at most and "
-            f"{w.data_wait_fraction:.0%} of the step waiting for data."
-        ),
+        title=_("The batch is too small to keep the GPU busy"),
+        evidence=_(
+            "GPU-Util p95 {p95:.0f}% with {size}{used:.0%} of GPU memory used at most and "
+            "{wait:.0%} of the step waiting for data."
+        ).format(p95=p95, size=size, used=used, wait=w.data_wait_fraction),
         remedies=("larger-batch",),
     )

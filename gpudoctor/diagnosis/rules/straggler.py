@@ -12,6 +12,7 @@ import statistics
 from gpudoctor.diagnosis.ranks import RankMeasure
 from gpudoctor.diagnosis.rules.noisy_neighbour import contended
 from gpudoctor.diagnosis.window import Window
+from gpudoctor.i18n import _
 from gpudoctor.model import Finding
 
 # DESIGN.md section 4: one rank above 1.2x the median rank (no external anchor; NVIDIA's
@@ -21,13 +22,7 @@ RATIO = 1.2
 MIN_WAIT_SHARE = 0.05
 
 ID = "straggler"
-PART_WORDS = {
-    "data": "waiting for its data",
-    "host": "host code",
-    "forward": "forward compute",
-    "backward": "backward compute",
-    "optimizer": "the optimizer",
-}
+PARTS = ("data", "host", "forward", "backward", "optimizer")
 
 
 def evaluate(w: Window) -> Finding | None:
@@ -45,8 +40,10 @@ def evaluate(w: Window) -> Finding | None:
     hosts = [h for h in w.steady_host if h.job_run_delay_fraction is not None]
     crowded = hosts and 2 * sum(contended(h) for h in hosts) >= len(hosts)
     crowd = (
-        " Other processes took the cores the job waited for through most of this time "
-        "(noisy-neighbour): a rank they crowd falls behind, whatever its own code."
+        _(
+            " Other processes took the cores the job waited for through most of this time "
+            "(noisy-neighbour): a rank they crowd falls behind, whatever its own code."
+        )
         if crowded
         else ""
     )
@@ -55,16 +52,26 @@ def evaluate(w: Window) -> Finding | None:
     return Finding(
         id=ID,
         severity="high" if waited >= 0.25 * step_ms else "medium",
-        title="One rank is slower than the others, and they wait for it",
-        evidence=(
-            f"rank {_name(slow, len({r.host for r in ranks}))} does {slow.own_ms:.1f} ms of "
-            "its own work a step against "
-            f"{middle:.1f} ms for the other {len(others)} (median), "
-            f"{slow.own_ms / middle:.2f}x, {extra:.1f} ms more in {_words(part, slow)}; "
-            f"{_names(others)} {waited:.1f} ms a step for it "
-            f"({waited / step_ms:.0%} of the step); the job would run about "
-            f"{faster:.2f}x as fast if it kept up.{crowd}"
-        ),
+        title=_("One rank is slower than the others, and they wait for it"),
+        evidence=_(
+            "rank {rank} does {own:.1f} ms of its own work a step against {middle:.1f} ms for "
+            "the other {others} (median), {ratio:.2f}x, {extra:.1f} ms more in {part}; "
+            "{waiters} {waited:.1f} ms a step for it ({share:.0%} of the step); the job would "
+            "run about {faster:.2f}x as fast if it kept up."
+        ).format(
+            rank=_name(slow, len({r.host for r in ranks})),
+            own=slow.own_ms,
+            middle=middle,
+            others=len(others),
+            ratio=slow.own_ms / middle,
+            extra=extra,
+            part=_words(part, slow),
+            waiters=_names(others),
+            waited=waited,
+            share=waited / step_ms,
+            faster=faster,
+        )  # fmt: skip
+        + crowd,
         remedies=(),
         estimated_gain=round(1 - 1 / faster, 3),
     )
@@ -75,7 +82,7 @@ def _where(slow: RankMeasure, others: list[RankMeasure]) -> tuple[str, float]:
     fastest_forward = min(r.parts_ms["forward"] for r in [slow, *others])
     mine = _own_parts(slow, fastest_forward)
     theirs = [_own_parts(r, fastest_forward) for r in others]
-    deltas = {part: mine[part] - statistics.median(t[part] for t in theirs) for part in PART_WORDS}
+    deltas = {part: mine[part] - statistics.median(t[part] for t in theirs) for part in PARTS}
     part = max(deltas, key=lambda p: deltas[p])
     return part, deltas[part]
 
@@ -95,19 +102,25 @@ def _own_parts(r: RankMeasure, fastest_forward: float) -> dict[str, float]:
 
 def _words(part: str, r: RankMeasure) -> str:
     if part == "data" and not r.uses_dataloader:  # no DataLoader: the probe cannot tell
-        return "host code before the forward (preparing its data, or other work)"
-    return PART_WORDS[part]
+        return _("host code before the forward (preparing its data, or other work)")
+    return {
+        "data": _("waiting for its data"),
+        "host": _("host code"),
+        "forward": _("forward compute"),
+        "backward": _("backward compute"),
+        "optimizer": _("the optimizer"),
+    }[part]
 
 
 def _name(r: RankMeasure, nodes: int = 1) -> str:
-    where = f" on {r.host}" if r.host and nodes > 1 else ""  # ranks on several nodes
+    where = _(" on {host}").format(host=r.host) if r.host and nodes > 1 else ""  # several nodes
     return f"{r.rank} (pid {r.pid}{where})" if r.rank is not None else f"pid {r.pid}{where}"
 
 
 def _names(ranks: list[RankMeasure]) -> str:
     named = sorted(r.rank for r in ranks if r.rank is not None)
     if len(named) != len(ranks):
-        return "the other processes wait"
+        return _("the other processes wait")
     if len(named) == 1:
-        return f"rank {named[0]} waits"
-    return "ranks " + ", ".join(str(n) for n in named) + " wait"
+        return _("rank {rank} waits").format(rank=named[0])
+    return _("ranks {ranks} wait").format(ranks=", ".join(str(n) for n in named))
