@@ -19,6 +19,7 @@ import statistics
 from dataclasses import dataclass
 
 from gpudoctor.diagnosis.window import Window
+from gpudoctor.i18n import _
 from gpudoctor.model import Finding
 from gpudoctor.prescribe.how import suggested_workers
 
@@ -39,7 +40,7 @@ class Prediction:
 
     def words(self) -> str:
         if not self.known:
-            return "not estimated"
+            return _("not estimated")
         if abs(self.high - self.low) < 0.005:
             return f"{self.low:.2f}x"
         return f"{self.low:.2f}x-{self.high:.2f}x"
@@ -56,12 +57,13 @@ def predict(remedy: str, finding: Finding | None, w: Window, cores_allowed: int)
         return _more_workers(w, cores_allowed, suggested_workers(w.facts, cores_allowed))
     gain = finding.estimated_gain if finding is not None else None
     if not gain or gain <= 0:
-        return Prediction(1.0, 1.0, "no share of the step measured for it", known=False)
+        return Prediction(1.0, 1.0, _("no share of the step measured for it"), known=False)
     high = 1 / max(1e-6, 1 - min(gain, 0.99))
     return Prediction(
         1.0, high,
-        f"at most the {finding.id if finding else 'finding'}'s {gain:.0%} of the step won "
-        "back; at least nothing",
+        _("at most the {finding}'s {gain:.0%} of the step won back; at least nothing").format(
+            finding=finding.id if finding else _("finding"), gain=gain
+        ),
     )  # fmt: skip
 
 
@@ -81,10 +83,19 @@ def _more_workers(w: Window, cores: int, workers: int) -> Prediction:
     return Prediction(
         low,
         high,
-        f"{cores} cores allowed, {current} workers -> {workers}; a step is {compute:.1f} ms "
-        f"of work and {wait:.1f} ms waiting for data: the wait overlapped by {workers} "
-        f"loaders at most, by {min(workers, spare)} at {HAND_OFF:.0%} speed if loading needs "
-        "a core each",
+        _(
+            "{cores} cores allowed, {current} workers -> {workers}; a step is {compute:.1f} ms "
+            "of work and {wait:.1f} ms waiting for data: the wait overlapped by {workers} "
+            "loaders at most, by {spare} at {speed:.0%} speed if loading needs a core each"
+        ).format(
+            cores=cores,
+            current=current,
+            workers=workers,
+            compute=compute,
+            wait=wait,
+            spare=min(workers, spare),
+            speed=HAND_OFF,
+        ),  # fmt: skip
     )
 
 

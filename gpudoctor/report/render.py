@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gpudoctor.i18n import _
 from gpudoctor.prescribe.batch_size import SAFETY_MARGIN, Found
 from gpudoctor.prescribe.predict import Prediction
 from gpudoctor.prescribe.trial import Comparison, TrialResult
@@ -26,45 +27,53 @@ def status_words(report: Report) -> str:
 def ended_words(ended_by: str | None, exit_code: int | None, watched_pid: int | None) -> str:
     """How a run ended, the one wording every face uses (`watched_pid`: watch mode)."""
     if ended_by is None:
-        return "record incomplete (the doctor stopped first)"
+        return _("record incomplete (the doctor stopped first)")
     if watched_pid is not None:
         if ended_by == "detached":
-            return f"watched pid {watched_pid}, left running"
-        return f"watched pid {watched_pid} until it ended"
+            return _("watched pid {pid}, left running").format(pid=watched_pid)
+        return _("watched pid {pid} until it ended").format(pid=watched_pid)
     if ended_by == "detached":
-        return "left running"
-    return f"ended by {ended_by}, exit code {exit_code}"
+        return _("left running")
+    return _("ended by {how}, exit code {code}").format(how=ended_by, code=exit_code)
 
 
 def summary(report: Report) -> str:
     """What `gpudoctor run` and `watch` print at the end (on stderr)."""
     s = report.steps
-    counted = f", {s.count} steps" if s.count is not None else ""
+    counted = _(", {steps} steps").format(steps=s.count) if s.count is not None else ""
     lines = [
         "",
-        f"gpudoctor: session {report.session}: {status_words(report)}, "
-        f"{report.duration_s:.1f} s{counted}",
+        _("gpudoctor: session {session}: {status}, {seconds:.1f} s{counted}").format(
+            session=report.session,
+            status=status_words(report),
+            seconds=report.duration_s,
+            counted=counted,
+        ),  # fmt: skip
     ]
     if report.watched:
-        line = f"  from outside: {s.stack_samples} stack samples of the main thread"
+        line = "  " + _("from outside: {samples} stack samples of the main thread").format(
+            samples=s.stack_samples
+        )
         if s.steps_per_s:
-            line += f", about {s.steps_per_s:.1f} steps/s"
+            line += _(", about {rate:.1f} steps/s").format(rate=s.steps_per_s)
         if s.data_wait_fraction is not None:
-            line += f", data wait about {s.data_wait_fraction:.0%}"
+            line += _(", data wait about {wait:.0%}").format(wait=s.data_wait_fraction)
         lines.append(line)
     elif s.median_ms is not None:
-        line = f"  step {ms_text(s.median_ms)} median, {ms_text(s.p90_ms or 0.0)} p90"
+        line = "  " + _("step {median} median, {p90} p90").format(
+            median=ms_text(s.median_ms), p90=ms_text(s.p90_ms or 0.0)
+        )
         if s.samples_per_s:
-            line += f", {s.samples_per_s:.1f} samples/s"
-        line += f", data wait {s.data_wait_fraction:.0%}"
+            line += _(", {rate:.1f} samples/s").format(rate=s.samples_per_s)
+        line += _(", data wait {wait:.0%}").format(wait=s.data_wait_fraction)
         lines.append(line)
     lines.append(f"  GPU: {report.gpu_status}")
     if report.speed_of_light is not None:
         lines += [f"  {line}" for line in speed_words(report.speed_of_light)]
     if not report.findings:
-        lines.append("  no findings: nothing measured points at a bottleneck")
+        lines.append("  " + _("no findings: nothing measured points at a bottleneck"))
     for f in report.findings:
-        estimated = ", estimated" if f.estimated else ""
+        estimated = _(", estimated") if f.estimated else ""
         lines.append(f"  [{f.severity}{estimated}] {f.id}: {f.title}")
         lines.append(f"      {f.evidence}")
         if f.predicted_speedup:
@@ -81,16 +90,23 @@ def summary(report: Report) -> str:
         if p.trace:
             lines.append(f"      trace: {p.trace}")
     if report.hotspots:
-        lines.append(f"  where the time outside the model goes ({hotspot_source(report)}):")
+        lines.append(
+            "  "
+            + _("where the time outside the model goes ({source}):").format(
+                source=hotspot_source(report)
+            )
+        )
         lines += [f"      {hotspot_words(h)}" for h in report.hotspots]
-    lines += [f"  note: {note}" for note in report.notes]
+    lines += ["  " + _("note: {note}").format(note=note) for note in report.notes]
     return "\n".join(lines) + "\n"
 
 
 def predicted_words(p: Mapping[str, Json]) -> str:
     """`predicted with more-workers: 1.19x-2.10x (2 cores allowed, ...)`"""
     span = Prediction(float(p["low"]), float(p["high"]), str(p["basis"])).words()
-    return f"predicted with {p['remedy']}: {span} ({p['basis']})"
+    return _("predicted with {remedy}: {span} ({basis})").format(
+        remedy=p["remedy"], span=span, basis=p["basis"]
+    )
 
 
 def speed_words(sol: Mapping[str, Json]) -> list[str]:
@@ -99,28 +115,42 @@ def speed_words(sol: Mapping[str, Json]) -> list[str]:
     flops = float(sol["flops_per_step"])
     achieved = float(sol["achieved_tflops"])
     step = float(sol["step_ms"])
-    head = f"speed of light: {flop_text(flops)} a step, {rate_text(achieved)} achieved"
+    head = _("speed of light: {flops} a step, {rate} achieved").format(
+        flops=flop_text(flops), rate=rate_text(achieved)
+    )
     if sol.get("mfu") is None:
-        return [head + f" (no peak known for {sol.get('device')}: MFU not computed)"]
+        return [
+            head
+            + _(" (no peak known for {device}: MFU not computed)").format(device=sol.get("device"))
+        ]
     peak = float(sol["peak_tflops"])
     could = float(sol["could_take_ms"])
     reach = float(sol["reachable"])
     return [
-        f"{head}, MFU {float(sol['mfu']):.1%} of {rate_text(peak)} ({sol['device']})",
-        f"a step could take about {ms_text(could)} (its FLOPs at {reach:.0%} of peak, "
-        f"no input wait, no host syncs); it takes {ms_text(step)}",
+        head
+        + _(", MFU {mfu:.1%} of {peak} ({device})").format(
+            mfu=float(sol["mfu"]), peak=rate_text(peak), device=sol["device"]
+        ),
+        _(
+            "a step could take about {could} (its FLOPs at {reach:.0%} of peak, no input wait, "
+            "no host syncs); it takes {step}"
+        ).format(could=ms_text(could), reach=reach, step=ms_text(step)),
     ]
 
 
 def hotspot_source(report: Report) -> str:
-    return f"py-spy, {report.hotspot_samples} samples of the main thread"
+    return _("py-spy, {samples} samples of the main thread").format(samples=report.hotspot_samples)
 
 
 def hotspot_words(h: HotspotLine) -> str:
     """`42% of the main thread, idle  train.py:42 (<module>)  time.sleep(0.02)`"""
-    whose = "of the main thread" if h.where == "main" else "of the workers"
+    whose = (
+        _("{share:>4.0%} of the main thread, {state}")
+        if h.where == "main"
+        else _("{share:>4.0%} of the workers, {state}")
+    ).format(share=h.share, state=_("idle") if h.state == "idle" else _("busy"))
     code = f"  {h.code}" if h.code else ""
-    return f"{h.share:>4.0%} {whose}, {h.state:<4}  {h.place} ({h.function}){code}"
+    return f"{whose}  {h.place} ({h.function}){code}"
 
 
 def markdown(report: Report) -> str:
