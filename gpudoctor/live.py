@@ -5,6 +5,7 @@ from __future__ import annotations
 from itertools import islice, takewhile
 
 from gpudoctor.diagnosis.window import Window
+from gpudoctor.i18n import _
 from gpudoctor.timeline import Timeline
 from gpudoctor.units import ms_text
 
@@ -18,7 +19,7 @@ RECENT_CHUNKS = 2
 def status_line(timeline: Timeline) -> str:
     elapsed = timeline.duration_s()
     steps = timeline.main_steps()
-    parts = [f"steps {timeline.total_steps()}"]
+    parts = [_("steps {n}").format(n=timeline.total_steps())]
     if timeline.mode == "watch":
         parts = [f"pid {timeline.watched_pid}"] + _stack_words(timeline)
     elif steps:
@@ -26,11 +27,11 @@ def status_line(timeline: Timeline) -> str:
         recent = list(takewhile(lambda s: s.t_end_mono_ns >= cutoff, islice(reversed(steps), 2000)))
         # the measures of the report's Window, over the last seconds' steps
         w = Window(steps=tuple(reversed(recent or [steps[-1]])))
-        parts.append(f"step {ms_text(w.step_median_ms)}")
+        parts.append(_("step {ms}").format(ms=ms_text(w.step_median_ms)))
         if w.steps_per_s:
             parts.append(f"{w.steps_per_s:.1f}/s")
         if w.step_wall_s:
-            parts.append(f"data wait {w.data_wait_fraction:.0%}")
+            parts.append(_("data wait {wait:.0%}").format(wait=w.data_wait_fraction))
     if timeline.gpus:
         last_t = timeline.gpus[-1].t_mono_ns
         utils = [g.util_gpu_pct for g in timeline.gpus if g.t_mono_ns == last_t]
@@ -44,10 +45,10 @@ def status_line(timeline: Timeline) -> str:
         hosts = list(islice(reversed(timeline.host), round(RECENT_S)))
         cpu = sorted(h.cpu_pct for h in hosts)[len(hosts) // 2]
         cores = sorted(h.job_cpu_cores for h in hosts)[len(hosts) // 2]
-        parts.append(f"CPU {cpu:.0f}% (job {cores:.1f} cores)")
+        parts.append(_("CPU {cpu:.0f}% (job {cores:.1f} cores)").format(cpu=cpu, cores=cores))
     trouble = timeline.store_trouble()
     if trouble is not None:
-        parts.append(f"store not written ({trouble}): kept in memory")
+        parts.append(_("store not written ({trouble}): kept in memory").format(trouble=trouble))
     return f"[gpudoctor {elapsed:4.0f}s] " + " · ".join(parts)
 
 
@@ -55,8 +56,12 @@ def _stack_words(timeline: Timeline) -> list[str]:
     """Estimates from the last stack chunks (watch mode), marked with ~."""
     w = timeline.window(max_samples=RECENT_CHUNKS)
     if not w.stack_total:
-        return ["no stack samples yet"]
-    words = [f"data wait ~{w.data_wait_fraction:.0%} ({w.stack_total} samples)"]
+        return [_("no stack samples yet")]
+    words = [
+        _("data wait ~{wait:.0%} ({samples} samples)").format(
+            wait=w.data_wait_fraction, samples=w.stack_total
+        )
+    ]
     if w.steps_per_s:
-        words.append(f"~{w.steps_per_s:.1f} steps/s")
+        words.append(_("~{rate:.1f} steps/s").format(rate=w.steps_per_s))
     return words

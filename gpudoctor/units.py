@@ -3,6 +3,8 @@ reports, screens)."""
 
 from __future__ import annotations
 
+from wcwidth import wcswidth
+
 
 def ms_text(ms: float) -> str:
     """`21.3 ms`, or below a millisecond `320 µs` (never `0.0 ms` for a time that was
@@ -25,3 +27,10 @@ def rate_text(tflops: float) -> str:
     if tflops >= 1:
         return f"{tflops:.3g} TFLOP/s"
     return f"{tflops * 1e3:.3g} GFLOP/s"
+
+
+def cell_width(text: str) -> int:
+    """Columns `text` takes on a terminal: CJK characters take two (wcwidth's table,
+    which pyte, the job's output screen, uses too)."""
+    width = wcswidth(text)
+    return width if width >= 0 else len(text)

@@ -21,6 +21,12 @@ from gpudoctor import i18n
 from gpudoctor.diagnosis.engine import RULES
 from gpudoctor.diagnosis.window import Window
 from gpudoctor.model import Finding
+from gpudoctor.prescribe.predict import Prediction
+from gpudoctor.prescribe.rerun import Change, Treatment
+from gpudoctor.prescribe.trial import Arm, Comparison, TrialResult
+from gpudoctor.prescribe.visit import FixResult, FixStep
+from gpudoctor.report.render import fix_text, trial_text
+from gpudoctor.units import cell_width
 
 ROOT = Path(__file__).resolve().parent.parent
 CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -103,3 +109,44 @@ def test_a_chinese_locale_runs_the_doctor_in_chinese(tmp_path: Path) -> None:
     assert top["title"] == "训练在等待输入数据"
     assert "每步有" in top["evidence"] and "DataLoader" in top["evidence"]
     assert top["remedies"][0]["id"] == "more-workers"
+
+
+def arm(walls: list[float], losses: tuple[float, ...] = ()) -> Arm:
+    return Arm(None, (), tuple(walls), 32.0, 0.4, 0, "exit", len(walls), losses=losses)
+
+
+def test_fix_and_trial_results_read_in_chinese_and_the_table_lines_up() -> None:
+    """The path `fix` took as a table: its columns start at the same terminal column on
+    every row though the header is Chinese (two columns a character)."""
+    i18n.use("zh")
+    base = [arm([0.02] * 40 + [0.021] * 40, (2.3,) * 80)]
+    fast = [arm([0.01] * 40 + [0.011] * 40, (2.3,) * 80)]
+    comparison = Comparison.of(base, fast)
+    workers = Change("more-workers", "flag", "--num-workers 0 -> 2")
+    threads = Change("fewer-threads", "probe", "torch.set_num_threads(1)")
+    steps = (
+        FixStep("more-workers", "input-bound", (workers,), Prediction(1.2, 2.0, "x"), comparison),
+        FixStep(
+            "fewer-threads", "cpu-saturated", (threads,), Prediction(1.0, 1.5, "y"), comparison
+        ),
+    )
+    final = Treatment(("python", "t.py", "--num-workers", "2"), applied=(workers,))
+    result = FixResult(("python", "t.py"), final, steps, comparison, ("preprocess-offline: x",),
+                       "no remedy left", None, 42.0)  # fmt: skip
+    text = fix_text(result)
+    assert "gpudoctor fix：42 秒内尝试了 2 个处方" in text
+    assert "停止原因：没有可以应用的处方了" in text and "需要手动修改的地方" in text
+    rows = [line for line in text.splitlines() if re.match(r"  (#|\d) ", line)]
+    assert len(rows) == 3 and CJK.search(rows[0])
+    starts = [
+        [cell_width(row[: m.start(1)]) for m in re.finditer(r"(?:^|  )(\S(?:\S| (?! ))*)", row)]
+        for row in rows
+    ]
+    assert starts[0] == starts[1] == starts[2] and len(starts[0]) == 6, (starts, rows)
+    trial = trial_text(
+        TrialResult(
+            comparison, (workers,), ("python", "t.py"), final.argv, "python t.py --num-workers 2"
+        )
+    )
+    assert "gpudoctor trial：更快" in trial and "通过脚本参数应用 more-workers" in trial
+    assert "加速比 " in trial and "原配置 " in trial and "新配置 " in trial

@@ -18,8 +18,16 @@ from typing import IO, Any
 
 from gpudoctor.app.progress import Progress
 from gpudoctor.app.run import conclude
-from gpudoctor.app.trial import arm_order, check_baseline, cores_of, rate_words, run_arm
+from gpudoctor.app.trial import (
+    arm_order,
+    check_baseline,
+    cores_of,
+    rate_words,
+    run_arm,
+    side_words,
+)
 from gpudoctor.diagnosis.engine import diagnose
+from gpudoctor.i18n import _
 from gpudoctor.jobs import LaunchedJob
 from gpudoctor.model import Finding
 from gpudoctor.prescribe.edits import loader_diff, script_of
@@ -28,7 +36,7 @@ from gpudoctor.prescribe.rerun import NotApplicable, Treatment, plan
 from gpudoctor.prescribe.trial import Arm, Comparison
 from gpudoctor.prescribe.visit import FixResult, FixStep
 from gpudoctor.redact import redact_argv
-from gpudoctor.report.render import numerics_words
+from gpudoctor.report.render import numerics_words, verdict_words, via_words
 from gpudoctor.store import Store
 from gpudoctor.timeline import Timeline
 
@@ -53,12 +61,14 @@ def fix(
 
     def run(label: str, t: Treatment) -> tuple[LaunchedJob, Arm]:
         spent = (time.monotonic() - started) / request.budget_s  # the bar: the budget
-        progress(f"{label}: {' '.join(redact_argv(list(t.argv)))}", spent)
+        progress(f"{side_words(label)}: {' '.join(redact_argv(list(t.argv)))}", spent)
         t0 = time.monotonic()
         job, arm = run_arm(t.argv, t.env, request.steps, store, output=output)
         conclude(job, store, request.lang)
         runs.append(time.monotonic() - t0)
-        progress(f"  {len(arm.walls_s)} steps, {rate_words(arm)}")
+        progress(
+            "  " + _("{steps} steps, {rate}").format(steps=len(arm.walls_s), rate=rate_words(arm))
+        )
         return job, arm
 
     current = Treatment(tuple(argv))
@@ -86,14 +96,28 @@ def fix(
         needed = trial_runs * (sum(runs) / len(runs))
         if time.monotonic() - started + needed > request.budget_s:
             stopped_by = "budget"
-            progress(f"the budget leaves no time to try {remedy} (about {needed:.0f} s)")
+            progress(
+                _("the budget leaves no time to try {remedy} (about {seconds:.0f} s)").format(
+                    remedy=remedy, seconds=needed
+                )
+            )
             break
         tried.add(remedy)
         new = [c for c in treatment.applied if c.remedy == remedy]
         for change in new:
             why = f" ({change.why})" if change.why else ""
-            progress(f"trying {remedy} via {change.via}: {change.change}{why}")
-        progress(f"  predicted: {prediction.words()} ({prediction.basis})")
+            progress(
+                _("trying {remedy} via {via}: {change}").format(
+                    remedy=remedy, via=via_words(change.via), change=change.change
+                )
+                + why
+            )
+        progress(
+            "  "
+            + _("predicted: {span} ({basis})").format(
+                span=prediction.words(), basis=prediction.basis
+            )
+        )
         treat_arms: list[Arm] = []
         last: LaunchedJob | None = None
         for side in arm_order(request.repeat):
@@ -101,7 +125,7 @@ def fix(
                 last, arm = run("treatment", treatment)
                 treat_arms.append(arm)
             else:
-                _, arm = run("baseline", current)
+                _job, arm = run("baseline", current)
                 base_arms.append(arm)
         comparison = Comparison.of(base_arms, treat_arms)
         step = FixStep(remedy, finding.id, tuple(new), prediction, comparison)
@@ -110,8 +134,14 @@ def fix(
         if step.changes_numerics:
             progress(f"  {numerics_words(step)}")
         progress(
-            f"  measured {comparison.speedup:.2f}x [{lo:.2f}, {hi:.2f}], "
-            f"{comparison.verdict}: {'kept' if step.kept else 'not kept'}"
+            "  "
+            + _("measured {speedup:.2f}x [{low:.2f}, {high:.2f}], {verdict}: {kept}").format(
+                speedup=comparison.speedup,
+                low=lo,
+                high=hi,
+                verdict=verdict_words(comparison.verdict),
+                kept=_("kept") if step.kept else _("not kept"),
+            )  # fmt: skip
         )
         if step.kept and last is not None:
             kept.append(remedy)

@@ -18,12 +18,14 @@ from gpudoctor.app.sessions import load
 from gpudoctor.diagnosis.engine import diagnose
 from gpudoctor.diagnosis.remedies import CATALOGUE
 from gpudoctor.diagnosis.window import WARMUP_STEPS
+from gpudoctor.i18n import _
 from gpudoctor.jobs import LaunchedJob
 from gpudoctor.prescribe.predict import Prediction, predict
 from gpudoctor.prescribe.rerun import NotApplicable, Treatment, plan
 from gpudoctor.prescribe.trial import TRIAL_WARMUP_STEPS, Arm, Comparison, TrialResult, arm_of
 from gpudoctor.probe import ENV_OVERRIDES
 from gpudoctor.redact import redact_argv
+from gpudoctor.report.render import via_words
 from gpudoctor.store import Store
 from gpudoctor.timeline import Timeline
 
@@ -68,15 +70,28 @@ def trial(
     arms: dict[str, list[Arm]] = {"baseline": [], "treatment": []}
 
     def run(side: str, argv: list[str], env: dict[str, str]) -> LaunchedJob:
-        progress(f"{side} run {len(arms[side]) + 1}: {' '.join(redact_argv(argv))}")
+        progress(
+            _("{side} run {n}: {command}").format(
+                side=side_words(side), n=len(arms[side]) + 1, command=" ".join(redact_argv(argv))
+            )
+        )
         job, arm = run_arm(argv, env, request.steps, store, output=output)
         conclude(job, store, request.lang)
         arms[side].append(arm)
         busy = sum(arm.busy)
-        crowded = f"; other processes took its cores during {busy} of them" if busy else ""
+        crowded = (
+            _("; other processes took its cores during {busy} of them").format(busy=busy)
+            if busy
+            else ""
+        )
         progress(
-            f"  {len(arm.walls_s)} steps, {rate_words(arm)}, data wait "
-            f"{percent(arm.data_wait_fraction)}{crowded}"
+            "  "
+            + _("{steps} steps, {rate}, data wait {wait}{crowded}").format(
+                steps=len(arm.walls_s),
+                rate=rate_words(arm),
+                wait=percent(arm.data_wait_fraction),
+                crowded=crowded,
+            )  # fmt: skip
         )
         return job
 
@@ -85,10 +100,17 @@ def trial(
     treatment = treatment_of(first.timeline, request, progress)
     for change in treatment.applied:
         why = f" ({change.why})" if change.why else ""
-        progress(f"{change.remedy} via {change.via}: {change.change}{why}")
+        progress(
+            _("{remedy} via {via}: {change}").format(
+                remedy=change.remedy, via=via_words(change.via), change=change.change
+            )
+            + why
+        )
     predicted = prediction_of(first.timeline, treatment)
     if predicted is not None and predicted.known:
-        progress(f"predicted {predicted.words()}: {predicted.basis}")
+        progress(
+            _("predicted {span}: {basis}").format(span=predicted.words(), basis=predicted.basis)
+        )
     last = None
     for side in arm_order(request.repeat):
         if side == "treatment":
@@ -151,7 +173,11 @@ def treatment_of(timeline: Timeline, request: TrialRequest, progress: Progress) 
                 "the baseline run has no finding with a remedy; name one with --apply REMEDY"
             )
         remedies = [findings[0].remedies[0]]
-        progress(f"applying {remedies[0]}, the first remedy of the top finding ({findings[0].id})")
+        progress(
+            _("applying {remedy}, the first remedy of the top finding ({finding})").format(
+                remedy=remedies[0], finding=findings[0].id
+            )
+        )
     try:
         return plan(remedies, list(request.command), facts, cores)
     except NotApplicable as exc:
@@ -235,8 +261,13 @@ def with_loss_tap(env: dict[str, str]) -> dict[str, str]:
 
 def rate_words(arm: Arm) -> str:
     sps = arm.samples_per_s
-    unit = "samples/s" if arm.batch_size else "steps/s"
-    return f"{sps:.1f} {unit}" if sps else "no rate"
+    unit = _("samples/s") if arm.batch_size else _("steps/s")
+    return f"{sps:.1f} {unit}" if sps else _("no rate")
+
+
+def side_words(side: str) -> str:
+    """A trial's side in words (baseline / treatment are the report's keys)."""
+    return {"baseline": _("baseline"), "treatment": _("treatment")}.get(side, side)
 
 
 def percent(value: float | None) -> str:

@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from gpudoctor.i18n import _
+
 LOSS_TOLERANCE = 0.02
 # fewer common steps than this and the check says nothing
 MIN_STEPS = 10
@@ -60,12 +62,23 @@ class LossCheck:
         return cls(n, ref, treat, difference, LOSS_TOLERANCE + spread)
 
     def words(self) -> str:
-        verdict = "within" if self.within else "outside"
-        return (
-            f"mean loss over the first {self.steps} steps: {self.baseline:.4g} as it was, "
-            f"{self.treatment:.4g} with it ({self.difference:.1%} apart, {verdict} the "
-            f"tolerance of {self.tolerance:.1%})"
+        words = (
+            _(
+                "mean loss over the first {steps} steps: {baseline:.4g} as it was, "
+                "{treatment:.4g} with it ({difference:.1%} apart, within the tolerance of "
+                "{tolerance:.1%})"
+            )
+            if self.within
+            else _(
+                "mean loss over the first {steps} steps: {baseline:.4g} as it was, "
+                "{treatment:.4g} with it ({difference:.1%} apart, outside the tolerance of "
+                "{tolerance:.1%})"
+            )
         )
+        return words.format(
+            steps=self.steps, baseline=self.baseline, treatment=self.treatment,
+            difference=self.difference, tolerance=self.tolerance,
+        )  # fmt: skip
 
     def as_dict(self) -> dict[str, Any]:
         return {

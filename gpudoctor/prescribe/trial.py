@@ -21,6 +21,7 @@ from typing import Any
 
 from gpudoctor.diagnosis.rules.noisy_neighbour import busiest, contended
 from gpudoctor.diagnosis.window import WARMUP_STEPS, Window
+from gpudoctor.i18n import _
 from gpudoctor.model import HostSample, StepRecord
 from gpudoctor.prescribe.loss import LossCheck
 from gpudoctor.prescribe.predict import Prediction
@@ -161,7 +162,7 @@ def speedup(
     rng = random.Random(seed)
     point = _rate(baseline) and _rate(treatment) / _rate(baseline)
     ratios = []
-    for _ in range(BOOTSTRAP_ROUNDS):
+    for _round in range(BOOTSTRAP_ROUNDS):
         b = _rate(_resample(baseline, rng))
         t = _rate(_resample(treatment, rng))
         if b and t:
@@ -300,21 +301,25 @@ class Crowding:
     others: str  # who took the cores, as words
 
     def words(self) -> str:
-        sides = " and ".join(
-            f"{self.busy_steps[side]} of the {side}'s {self.steps[side]}"
+        of_side = {
+            "baseline": _("{busy} of the baseline's {steps}"),
+            "treatment": _("{busy} of the treatment's {steps}"),
+        }
+        sides = _(" and ").join(
+            of_side[side].format(busy=self.busy_steps[side], steps=self.steps[side])
             for side in ("baseline", "treatment")
             if self.busy_steps[side]
         )
         who = f" ({self.others})" if self.others else ""
         outcome = (
-            "those steps are left out"
+            _("those steps are left out")
             if self.left_out
-            else "too few quiet steps to leave them out: the result is for the machine as it was"
+            else _("too few quiet steps to leave them out: the result is for the machine as it was")
         )
-        return (
-            f"the machine was busy: other processes took the cores the job waited for during "
-            f"{sides} steps{who}; {outcome}"
-        )
+        return _(
+            "the machine was busy: other processes took the cores the job waited for during "
+            "{sides} steps{who}; {outcome}"
+        ).format(sides=sides, who=who, outcome=outcome)
 
     def as_dict(self) -> dict[str, Any]:
         return {

@@ -7,14 +7,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gpudoctor.i18n import _
+from gpudoctor.i18n import _, ngettext
 from gpudoctor.prescribe.batch_size import SAFETY_MARGIN, Found
 from gpudoctor.prescribe.predict import Prediction
 from gpudoctor.prescribe.trial import Comparison, TrialResult
 from gpudoctor.prescribe.visit import FixResult, FixStep
 from gpudoctor.redact import redact_argv, redact_text
 from gpudoctor.report.values import SCHEMA, HotspotLine, Json, Profile, Report, StepMeasures
-from gpudoctor.units import flop_text, ms_text, rate_text
+from gpudoctor.units import cell_width, flop_text, ms_text, rate_text
 
 SUMMARY_OPERATORS = 8  # profile rows in the printed summary (all in Markdown)
 
@@ -243,37 +243,73 @@ def trial_text(r: TrialResult) -> str:
     """A trial's (or a comparison's) outcome, as the command line prints it."""
     c = r.comparison
     b, t = c.baseline, c.treatment
-    unit = b.unit + "/s"
-    lines = ["", f"gpudoctor trial: {c.verdict}"]
-    lines += [f"  applied {a.remedy} via {a.via}: {a.change}" for a in r.applied]
+    lines = ["", _("gpudoctor trial: {verdict}").format(verdict=verdict_words(c.verdict))]
+    lines += [
+        "  "
+        + _("applied {remedy} via {via}: {change}").format(
+            remedy=a.remedy, via=via_words(a.via), change=a.change
+        )
+        for a in r.applied
+    ]
     if r.predicted is not None and r.predicted.known:
-        lines.append(f"  predicted {r.predicted.words()} ({r.predicted.basis})")
+        lines.append(
+            "  "
+            + _("predicted {span} ({basis})").format(
+                span=r.predicted.words(), basis=r.predicted.basis
+            )
+        )
+    for side, name in ((b, _("baseline ")), (t, _("treatment"))):
+        lines.append(
+            "  "
+            + _("{side} {rate:.1f} {unit}, step {step:.1f} ms median, data wait {wait}").format(
+                side=name,
+                rate=round(side.samples_per_s, 2),
+                unit=unit_words(side.unit),
+                step=side.step_median_ms or 0,
+                wait=percent(side.data_wait_fraction),
+            )  # fmt: skip
+        )
     lines.append(
-        f"  baseline  {round(b.samples_per_s, 2):.1f} {unit}, step "
-        f"{b.step_median_ms or 0:.1f} ms median, data wait {percent(b.data_wait_fraction)}"
-    )
-    lines.append(
-        f"  treatment {round(t.samples_per_s, 2):.1f} {unit}, step "
-        f"{t.step_median_ms or 0:.1f} ms median, data wait {percent(t.data_wait_fraction)}"
-    )
-    low, high = (round(x, 4) for x in c.ci95)
-    lines.append(
-        f"  {speedup_words(c)}; data wait "
-        f"{percent(b.data_wait_fraction)} -> {percent(t.data_wait_fraction)}"
+        "  "
+        + _("{speedup}; data wait {before} -> {after}").format(
+            speedup=speedup_words(c),
+            before=percent(b.data_wait_fraction),
+            after=percent(t.data_wait_fraction),
+        )  # fmt: skip
     )
     if c.crowding is not None:
         lines.append(f"  {c.crowding.words()}")
     if any(a.changes_numerics for a in r.applied):
-        lines.append(f"  changes numerics: {loss_words(c)}")
-    lines.append(f"  treatment command: {redact_text(r.treatment_shown)}")
+        lines.append("  " + _("changes numerics: {loss}").format(loss=loss_words(c)))
+    lines.append(
+        "  " + _("treatment command: {command}").format(command=redact_text(r.treatment_shown))
+    )
     return "\n".join(lines) + "\n"
 
 
 def loss_words(c: Comparison) -> str:
     """What a change of numerics did to the loss (prescribe/loss.py)."""
     if c.loss is None:
-        return "the loss was not recorded on every run (no backward seen): it cannot be checked"
+        return _("the loss was not recorded on every run (no backward seen): it cannot be checked")
     return c.loss.words()
+
+
+def verdict_words(verdict: str) -> str:
+    """A trial's verdict (a value of the report's contract) in words."""
+    return {
+        "faster": _("faster"),
+        "slower": _("slower"),
+        "no better than noise": _("no better than noise"),
+        "crashed": _("crashed"),
+    }.get(verdict, verdict)
+
+
+def via_words(via: str) -> str:
+    return {"flag": _("flag"), "probe": _("probe"), "manual": _("manual")}.get(via, via)
+
+
+def unit_words(unit: str) -> str:
+    return _("samples/s") if unit == "samples" else _("steps/s")
 
 
 def speedup_words(c: Comparison) -> str:
@@ -281,10 +317,12 @@ def speedup_words(c: Comparison) -> str:
     point alone would claim what the runs do not show)."""
     low, high = (round(x, 4) for x in c.ci95)
     if c.verdict == "no better than noise":
-        return (
-            f"speedup somewhere in {low:.2f}-{high:.2f}x (95% interval; measured {c.speedup:.2f}x)"
-        )
-    return f"speedup {round(c.speedup, 4):.2f}x (95% interval {low:.2f}-{high:.2f})"
+        return _(
+            "speedup somewhere in {low:.2f}-{high:.2f}x (95% interval; measured {speedup:.2f}x)"
+        ).format(low=low, high=high, speedup=c.speedup)
+    return _("speedup {speedup:.2f}x (95% interval {low:.2f}-{high:.2f})").format(
+        speedup=round(c.speedup, 4), low=low, high=high
+    )
 
 
 def trial_markdown(r: TrialResult) -> str:
@@ -323,11 +361,13 @@ def trial_document(r: TrialResult) -> dict[str, Any]:
 
 
 def tune_text(found: Found) -> str:
-    return (
-        f"\ngpudoctor tune: largest batch size that fits: {found.largest}; fastest: "
-        f"{found.fastest} (stopped by {found.stopped_by}; safety margin "
-        f"{SAFETY_MARGIN:.0%} of the memory limit)\n"
-    )
+    return "\n" + _(
+        "gpudoctor tune: largest batch size that fits: {largest}; fastest: {fastest} (stopped "
+        "by {stopped}; safety margin {margin:.0%} of the memory limit)"
+    ).format(
+        largest=found.largest, fastest=found.fastest, stopped=found.stopped_by,
+        margin=SAFETY_MARGIN,
+    ) + "\n"  # fmt: skip
 
 
 def tune_markdown(found: Found) -> str:
@@ -363,10 +403,15 @@ def _gib(value: int | None) -> str:
 def fix_text(r: FixResult) -> str:
     """`gpudoctor fix`: the path taken, the command to use, the whole visit's speedup,
     the edits left to make by hand."""
-    tried = f"{len(r.steps)} {'remedy' if len(r.steps) == 1 else 'remedies'} tried"
-    lines = ["", f"gpudoctor fix: {tried} in {r.elapsed_s:.0f} s"]
+    tried = ngettext("{n} remedy tried", "{n} remedies tried", len(r.steps)).format(n=len(r.steps))
+    lines = [
+        "",
+        _("gpudoctor fix: {tried} in {seconds:.0f} s").format(tried=tried, seconds=r.elapsed_s),
+    ]
     if r.steps:
-        rows = [("#", "remedy", "change", "predicted", "measured (95% interval)", "kept")]
+        rows = [
+            ("#", _("remedy"), _("change"), _("predicted"), _("measured (95% interval)"), _("kept"))
+        ]
         for n, s in enumerate(r.steps, 1):
             c = s.comparison
             rows.append(
@@ -376,37 +421,44 @@ def fix_text(r: FixResult) -> str:
                     "; ".join(ch.change for ch in s.changes),
                     s.predicted.words(),
                     f"{c.speedup:.2f}x [{c.ci95[0]:.2f}, {c.ci95[1]:.2f}]",
-                    "yes" if s.kept else "no",
+                    _("yes") if s.kept else _("no"),
                 )
             )
-        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        widths = [max(cell_width(row[i]) for row in rows) for i in range(len(rows[0]))]
         for row in rows:
-            cells = "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True))
+            cells = "  ".join(
+                v + " " * (w - cell_width(v)) for v, w in zip(row, widths, strict=True)
+            )
             lines.append(("  " + cells).rstrip())
         lines += [
             f"  #{n} {numerics_words(s)}" for n, s in enumerate(r.steps, 1) if s.changes_numerics
         ]
     if r.overall is not None:
         lines.append(
-            f"  the whole visit: {speedup_words(r.overall)} "
-            "(the final configuration against the job as it was)"
+            "  "
+            + _(
+                "the whole visit: {speedup} (the final configuration against the job as it was)"
+            ).format(speedup=speedup_words(r.overall))
         )
+        use = _("use: {command}")
         if r.final.overrides:  # the probe's: they act only under the doctor
-            lines.append(f"  use: {redact_text(r.final.shown(under_doctor=True))}")
+            lines.append("  " + use.format(command=redact_text(r.final.shown(under_doctor=True))))
             if r.final_diff:
-                lines.append("  or make the change part of the script:")
+                lines.append("  " + _("or make the change part of the script:"))
                 lines += ["    " + line for line in r.final_diff.splitlines()]
             else:
-                lines.append("  or make the change in the script by hand:")
+                lines.append("  " + _("or make the change in the script by hand:"))
                 lines += [f"    {c.change}" for c in r.final.applied if c.via == "probe"]
         else:
-            lines.append(f"  use: {redact_text(r.final.shown())}")
+            lines.append("  " + use.format(command=redact_text(r.final.shown())))
     else:
-        lines.append("  nothing tried made it measurably faster: the command stays as it was")
-    why = {"budget": "the time budget", "no remedy left": "no applicable remedy left"}
-    lines.append(f"  stopped by {why.get(r.stopped_by, r.stopped_by)}")
+        lines.append(
+            "  " + _("nothing tried made it measurably faster: the command stays as it was")
+        )
+    why = {"budget": _("the time budget"), "no remedy left": _("no applicable remedy left")}
+    lines.append("  " + _("stopped by {why}").format(why=why.get(r.stopped_by, r.stopped_by)))
     if r.edits:
-        lines.append("  edits to make by hand (the doctor cannot apply them on a rerun):")
+        lines.append("  " + _("edits to make by hand (the doctor cannot apply them on a rerun):"))
         lines += [f"    - {e}" for e in r.edits]
     return "\n".join(lines) + "\n"
 
@@ -414,9 +466,9 @@ def fix_text(r: FixResult) -> str:
 def numerics_words(s: FixStep) -> str:
     """A fix step whose change alters numerics: what the loss did, and so whether the
     change could be kept on its speed."""
-    words = f"changes numerics: {loss_words(s.comparison)}"
+    words = _("changes numerics: {loss}").format(loss=loss_words(s.comparison))
     if not s.loss_kept:
-        words += "; not kept whatever its speed"
+        words += _("; not kept whatever its speed")
     return words
 
 
