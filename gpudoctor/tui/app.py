@@ -15,6 +15,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.widgets import Footer, Header, OptionList
 
+from gpudoctor.i18n import _
 from gpudoctor.model import JobExit
 from gpudoctor.report.render import ended_words
 from gpudoctor.series import POINTS, RunSeries, first_seen, run_series
@@ -50,14 +51,14 @@ class DoctorApp(App[JobExit | None]):
     CSS_PATH = "doctor.tcss"
     TITLE = "gpudoctor"
     BINDINGS = [
-        Binding("q", "quit_doctor", "Quit"),
+        Binding("q", "quit_doctor", _("Quit")),
         # Ctrl-C is the doctor's quit too (it asks about a running job, as q does)
-        Binding("ctrl+c", "quit_doctor", "Quit", show=False, priority=True),
-        Binding("question_mark", "help", "Help"),
-        Binding("enter", "open_finding", "Remedies", show=True),
-        Binding("o", "output", "Output"),
-        Binding("r", "ranks", "Ranks", show=False),
-        Binding("h", "plots", "History"),
+        Binding("ctrl+c", "quit_doctor", _("Quit"), show=False, priority=True),
+        Binding("question_mark", "help", _("Help")),
+        Binding("enter", "open_finding", _("Remedies"), show=True),
+        Binding("o", "output", _("Output")),
+        Binding("r", "ranks", _("Ranks"), show=False),
+        Binding("h", "plots", _("History")),
     ]
 
     def __init__(self, lang: str = "en") -> None:
@@ -147,8 +148,10 @@ class DoctorApp(App[JobExit | None]):
     def show(self, snapshot: Snapshot) -> None:
         if snapshot.store_trouble and not (self.snapshot and self.snapshot.store_trouble):
             self.notify(
-                f"cannot write the session store ({snapshot.store_trouble}): the records "
-                "are kept in memory and written when it can be",
+                _(
+                    "cannot write the session store ({trouble}): the records are kept in "
+                    "memory and written when it can be"
+                ).format(trouble=snapshot.store_trouble),
                 severity="warning",
                 timeout=8,
             )
@@ -241,7 +244,7 @@ class LiveApp(DoctorApp):
     """A job followed live (launched, watched, or recorded by another doctor and viewed
     here): its loop runs in a thread of its own (app/follow.py) that outlives the app."""
 
-    BINDINGS = [Binding("p", "profile", "Profile")]
+    BINDINGS = [Binding("p", "profile", _("Profile"))]
     PROFILE_STEPS = 20
 
     def __init__(self, follower: Follower, viewing: int | None = None, **kwargs: Any) -> None:
@@ -297,7 +300,7 @@ class LiveApp(DoctorApp):
         else:
             e = message.job_exit
             words = ended_words(e.ended_by, e.exit_code, self.source.timeline.watched_pid)
-            self.sub_title = f"{words} · q to quit"
+            self.sub_title = _("{words} · q to quit").format(words=words)
 
     @on(SessionFailed)
     def _on_session_failed(self, message: SessionFailed) -> None:
@@ -305,30 +308,34 @@ class LiveApp(DoctorApp):
         self.exit(
             None,
             return_code=3,
-            message=f"gpudoctor: the doctor failed: {message.error} (the job, pid {pid}, goes on)",
+            message=_("gpudoctor: the doctor failed: {error} (the job, pid {pid}, goes on)").format(
+                error=message.error, pid=pid
+            ),
         )
 
     def request_trial(self, remedy: str) -> None:
         if self.job_exit is None:
             # a trial needs the machine to itself: not while this job still runs
-            self.notify("the job is still running: stop it (q, s) or let it end, then t")
+            self.notify(_("the job is still running: stop it (q, s) or let it end, then t"))
             return
         super().request_trial(remedy)
 
     def action_profile(self) -> None:
         if not self.source.can_profile or self.job_exit is not None:
-            self.notify("a profile needs a job launched by the doctor, still running")
+            self.notify(_("a profile needs a job launched by the doctor, still running"))
             return
         before = (self.snapshot.facts.get("profile") or {}) if self.snapshot else {}
         self.source.request_profile(self.PROFILE_STEPS)
         self.push_screen(ProfileScreen(self.PROFILE_STEPS, int(before.get("capture", 0))))
 
     def status_words(self, s: Snapshot) -> str:
-        state = "running" if s.running else "ended"
+        state = _("running") if s.running else _("ended")
         if self.viewing is not None:
-            return f"session {self.viewing} (recorded by another doctor) · {state}"
+            return _("session {session} (recorded by another doctor) · {state}").format(
+                session=self.viewing, state=state
+            )
         if s.mode == "watch":
-            return f"watching pid {s.job_pid} · {state}"
+            return _("watching pid {pid} · {state}").format(pid=s.job_pid, state=state)
         # no step count here: a title that changes every tick lays the header out again
         # each second (the job panel has the steps)
         return f"{state} · pid {s.job_pid}"
@@ -343,7 +350,7 @@ class LiveApp(DoctorApp):
         if not self.source.can_stop:  # watched or viewed: leaving leaves it running
             self.quitting = True
             self.source.detach()
-            self.notify("leaving; the job goes on…")
+            self.notify(_("leaving; the job goes on…"))
             return
         self.push_screen(QuitScreen(), self._quit_choice)
 
@@ -351,7 +358,7 @@ class LiveApp(DoctorApp):
         if choice == "stop":
             self.quitting = True
             self.source.stop("signal")
-            self.notify("stopping the job…")
+            self.notify(_("stopping the job…"))
         elif choice == "leave":
             self.quitting = True
             self.source.detach()
@@ -362,12 +369,12 @@ class ReplayApp(DoctorApp):
 
     BINDINGS = [
         # priority: the findings list would take home/end/page keys for itself
-        Binding("left", "move(-1)", "-5 s", priority=True),
-        Binding("right", "move(1)", "+5 s", priority=True),
-        Binding("pageup", "move(-12)", "-60 s", show=False, priority=True),
-        Binding("pagedown", "move(12)", "+60 s", show=False, priority=True),
-        Binding("home", "to_start", "Start", show=False, priority=True),
-        Binding("end", "to_end", "End", show=False, priority=True),
+        Binding("left", "move(-1)", _("-5 s"), priority=True),
+        Binding("right", "move(1)", _("+5 s"), priority=True),
+        Binding("pageup", "move(-12)", _("-60 s"), show=False, priority=True),
+        Binding("pagedown", "move(12)", _("+60 s"), show=False, priority=True),
+        Binding("home", "to_start", _("Start"), show=False, priority=True),
+        Binding("end", "to_end", _("End"), show=False, priority=True),
     ]
 
     def __init__(self, timeline: Timeline, session_id: int, **kwargs: Any) -> None:
@@ -413,7 +420,9 @@ class ReplayApp(DoctorApp):
     def status_words(self, s: Snapshot) -> str:
         at = (self.cursor_ns - self.start_ns) / 1e9
         total = (self.end_ns - self.start_ns) / 1e9
-        return f"replay of session {self.session_id} · {at:.0f} s of {total:.0f} s"
+        return _("replay of session {session} · {at:.0f} s of {total:.0f} s").format(
+            session=self.session_id, at=at, total=total
+        )
 
     def action_move(self, pages: int) -> None:
         self._render_at(self.cursor_ns + int(pages * REPLAY_STEP_S * 1e9))

@@ -18,6 +18,7 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from gpudoctor import display
+from gpudoctor.i18n import _
 from gpudoctor.processes import ProcessRow
 from gpudoctor.redact import redact_text
 from gpudoctor.snapshot import Snapshot
@@ -45,11 +46,11 @@ class MachineReady(Message):
 class RunPrompt(ModalScreen[tuple[str, ...] | None]):
     """The command to launch under the doctor, typed as in a shell (no shell runs it)."""
 
-    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+    BINDINGS = [Binding("escape", "cancel", _("Cancel"))]
 
     def compose(self) -> ComposeResult:
         with Vertical(id="run-box"):
-            yield Static("Run a command under the doctor (Enter to start, Esc to cancel):")
+            yield Static(_("Run a command under the doctor (Enter to start, Esc to cancel):"))
             yield Input(placeholder="python train.py --epochs 3", id="run-input")
             yield Static("", id="run-error")
 
@@ -58,10 +59,12 @@ class RunPrompt(ModalScreen[tuple[str, ...] | None]):
         try:
             argv = tuple(shlex.split(event.value))
         except ValueError as exc:
-            self.query_one("#run-error", Static).update(f"cannot read that command: {exc}")
+            self.query_one("#run-error", Static).update(
+                _("cannot read that command: {error}").format(error=exc)
+            )
             return
         if not argv:
-            self.query_one("#run-error", Static).update("type a command, or Esc")
+            self.query_one("#run-error", Static).update(_("type a command, or Esc"))
             return
         self.dismiss(argv)
 
@@ -73,32 +76,36 @@ WIDE_COLUMNS = 120  # from this many columns the process list sits beside the ho
 
 # The machine view's help: (key or panel, what it is).
 HOME_HELP: HelpContent = (
-    "gpudoctor: the machine",
+    _("gpudoctor: the machine"),
     (
         (
-            "Panels",
+            _("Panels"),
             (
-                ("GPU", "nvidia-smi's figures per GPU and the processes holding it"),
-                ("Host", "CPU per core, load, iowait, memory, swap, disk and network rates"),
-                ("Processes", "the GPU holders and Python processes, busiest first"),
+                ("GPU", _("nvidia-smi's figures per GPU and the processes holding it")),
+                (_("Host"), _("CPU per core, load, iowait, memory, swap, disk and network rates")),
+                (_("Processes"), _("the GPU holders and Python processes, busiest first")),
             ),
         ),
         (
-            "Keys",
+            _("Keys"),
             (
-                ("up/down", "choose a process"),
+                ("up/down", _("choose a process")),
                 (
                     "enter, w",
-                    "watch the chosen process from outside (py-spy; nothing injected, "
-                    "never stopped)",
+                    _(
+                        "watch the chosen process from outside (py-spy; nothing injected, "
+                        "never stopped)"
+                    ),
                 ),
                 (
                     "r",
-                    "run a command under the doctor; when it ends or you leave it, this "
-                    "view comes back",
+                    _(
+                        "run a command under the doctor; when it ends or you leave it, this "
+                        "view comes back"
+                    ),
                 ),
-                ("?", "this help"),
-                ("q, ctrl+c", "quit"),
+                ("?", _("this help")),
+                ("q, ctrl+c", _("quit")),
             ),
         ),
     ),
@@ -110,11 +117,11 @@ class HomeApp(App[HomeChoice | None]):
     TITLE = "gpudoctor"
     SUB_TITLE = "this machine"
     BINDINGS = [
-        Binding("enter,w", "watch", "Watch process"),
-        Binding("r", "run", "Run a command"),
-        Binding("question_mark", "help", "Help"),
-        Binding("q", "quit_home", "Quit"),
-        Binding("ctrl+c", "quit_home", "Quit", show=False, priority=True),
+        Binding("enter,w", "watch", _("Watch process")),
+        Binding("r", "run", _("Run a command")),
+        Binding("question_mark", "help", _("Help")),
+        Binding("q", "quit_home", _("Quit")),
+        Binding("ctrl+c", "quit_home", _("Quit"), show=False, priority=True),
     ]
 
     def __init__(self, machine: Any, interval_s: float = 1.0, notice: str | None = None) -> None:
@@ -140,7 +147,7 @@ class HomeApp(App[HomeChoice | None]):
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
-        table.border_title = "Processes (GPU holders, Python)"
+        table.border_title = _("Processes (GPU holders, Python)")
         table.add_columns("pid", "user", "CPU", "RSS", "GPU mem", "command")
         table.focus()
         self.read_machine()
@@ -194,7 +201,7 @@ class HomeApp(App[HomeChoice | None]):
     def action_watch(self) -> None:
         row = self.selected()
         if row is None:
-            self.notify("no process to watch: r runs a command under the doctor")
+            self.notify(_("no process to watch: r runs a command under the doctor"))
             return
         self.exit(HomeChoice("watch", pid=row.pid))
 

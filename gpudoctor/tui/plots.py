@@ -20,6 +20,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 from textual_plotext import PlotextPlot
 
+from gpudoctor.i18n import _
 from gpudoctor.series import SPLIT_LABELS, Point, RunSeries, by_time
 
 # the stretches a person can choose: (key, seconds, words); inf: the whole run
@@ -265,10 +266,10 @@ class PlotsScreen(Screen[None]):
     yellow line; Esc goes back."""
 
     BINDINGS = [
-        Binding("escape,q,h", "dismiss", "Back"),
-        Binding("1", "range(0)", "Last min"),
-        Binding("2", "range(1)", "Last 10 min"),
-        Binding("3", "range(2)", "Whole run"),
+        Binding("escape,q,h", "dismiss", _("Back")),
+        Binding("1", "range(0)", _("Last min")),
+        Binding("2", "range(1)", _("Last 10 min")),
+        Binding("3", "range(2)", _("Whole run")),
         Binding("down,j", "scroll_plots(3)", show=False),
         Binding("up,k", "scroll_plots(-3)", show=False),
         # a page: space (a replay's page keys move its position a minute)

@@ -18,6 +18,7 @@ from gpudoctor import display, guide
 from gpudoctor.diagnosis.hotspots import Hotspots
 from gpudoctor.diagnosis.ranks import RankMeasure
 from gpudoctor.diagnosis.remedies import CATALOGUE
+from gpudoctor.i18n import _
 from gpudoctor.model import Finding
 from gpudoctor.prescribe.how import fitted_snippet, how
 from gpudoctor.prescribe.predict import Prediction
@@ -31,9 +32,9 @@ class FindingScreen(Screen[None]):
     how a rerun would apply it."""
 
     BINDINGS = [
-        Binding("escape,q,backspace", "app.pop_screen", "Back"),
-        Binding("t", "trial", "Trial: rerun with remedy 1"),
-        Binding("g", "guide", "Guide"),
+        Binding("escape,q,backspace", "app.pop_screen", _("Back")),
+        Binding("t", "trial", _("Trial: rerun with remedy 1")),
+        Binding("g", "guide", _("Guide")),
     ]
 
     def action_guide(self) -> None:
@@ -91,7 +92,7 @@ class FindingScreen(Screen[None]):
                 text.append(f"{n}. {title}", "bold")
                 text.append(f"  [{rid}; guide: {remedy.guide_section}]\n", "dim")
                 text.append(explanation + "\n")
-                text.append("On a rerun: " + how(rid, self.facts, self.cores, self.lang))
+                text.append(_("On a rerun: ") + how(rid, self.facts, self.cores, self.lang))
                 if remedy.snippet:  # with this job's values, as the advice above
                     snippet = fitted_snippet(rid, self.facts, self.cores)
                     text.append("\n\n" + snippet, "green")
@@ -103,7 +104,7 @@ class GuideScreen(Screen[None]):
     """Sections of the project's guide (gpudoctor/guide/), scrolled, wrapped to the
     terminal."""
 
-    BINDINGS = [Binding("escape,q,backspace,g", "app.pop_screen", "Back")]
+    BINDINGS = [Binding("escape,q,backspace,g", "app.pop_screen", _("Back"))]
 
     def __init__(self, section_ids: tuple[str, ...], lang: str) -> None:
         super().__init__()
@@ -146,59 +147,73 @@ def hotspot_text(spots: Hotspots) -> Text:
 HELP_PANELS = (
     (
         "GPU",
-        "nvidia-smi's figures per GPU, a utilisation history, throttle reasons, the "
-        "GPU processes (the job's own marked)",
+        _(
+            "nvidia-smi's figures per GPU, a utilisation history, throttle reasons, the "
+            "GPU processes (the job's own marked)"
+        ),
     ),
     (
-        "Host",
-        "CPU per core, load, iowait, memory, swap, disk and network rates; what other "
-        "processes keep busy",
+        _("Host"),
+        _(
+            "CPU per core, load, iowait, memory, swap, disk and network rates; what other "
+            "processes keep busy"
+        ),
     ),
     (
-        "Job",
-        "steps, step time p50/p90 and its history, samples/s, where a step goes (D data "
-        "wait, F forward, B backward, O optimizer), DataLoader workers",
+        _("Job"),
+        _(
+            "steps, step time p50/p90 and its history, samples/s, where a step goes (D data "
+            "wait, F forward, B backward, O optimizer), DataLoader workers"
+        ),
     ),
-    ("Output", "the tail of the job's own output (also in the log file)"),
-    ("Findings", "ranked by severity and estimated gain: Enter opens the remedies"),
+    (_("Output"), _("the tail of the job's own output (also in the log file)")),
+    (_("Findings"), _("ranked by severity and estimated gain: Enter opens the remedies")),
 )
 HELP_KEYS = (
-    ("up/down, tab", "move between findings and panels"),
+    ("up/down, tab", _("move between findings and panels")),
     (
         "enter",
-        "open the highlighted finding; there, g opens the guide's sections its "
-        "remedies cite, and t closes the app and runs the trial of its first remedy "
-        "(gpudoctor trial --apply REMEDY)",
+        _(
+            "open the highlighted finding; there, g opens the guide's sections its "
+            "remedies cite, and t closes the app and runs the trial of its first remedy "
+            "(gpudoctor trial --apply REMEDY)"
+        ),
     ),
-    ("?", "this help (up/down or the mouse wheel scroll it)"),
-    ("ctrl+p", "the command palette"),
-    ("o", "the job's output, full screen"),
+    ("?", _("this help (up/down or the mouse wheel scroll it)")),
+    ("ctrl+p", _("the command palette")),
+    ("o", _("the job's output, full screen")),
     (
         "r",
-        "a distributed job's ranks: step p50, data wait, own work, the wait for the "
-        "other ranks, the GPU util of each rank's device",
+        _(
+            "a distributed job's ranks: step p50, data wait, own work, the wait for the "
+            "other ranks, the GPU util of each rank's device"
+        ),
     ),
-    ("p", "torch.profiler over the next 20 steps: the top operators"),
+    ("p", _("torch.profiler over the next 20 steps: the top operators")),
     (
         "h",
-        "the run over time: step time, throughput, data wait, where a step goes, GPU "
-        "and CPU; 1 the last minute, 2 ten minutes, 3 the whole run; numbered lines "
-        "mark where findings were first seen, profiles, out-of-memory errors, the end "
-        "(a terminal of 40 rows or more keeps a strip of them on the main screen)",
+        _(
+            "the run over time: step time, throughput, data wait, where a step goes, GPU "
+            "and CPU; 1 the last minute, 2 ten minutes, 3 the whole run; numbered lines "
+            "mark where findings were first seen, profiles, out-of-memory errors, the end "
+            "(a terminal of 40 rows or more keeps a strip of them on the main screen)"
+        ),
     ),
     (
         "q",
-        "quit: asks whether to stop the job (s) or leave it running (l); a watched job "
-        "is always left running",
+        _(
+            "quit: asks whether to stop the job (s) or leave it running (l); a watched job "
+            "is always left running"
+        ),
     ),
-    ("replay only", "left/right 5 s, pgup/pgdn 60 s, home/end"),
+    (_("replay only"), _("left/right 5 s, pgup/pgdn 60 s, home/end")),
 )
 
 
 HelpContent = tuple[str, tuple[tuple[str, tuple[tuple[str, str], ...]], ...]]
 DOCTOR_HELP: HelpContent = (
-    "gpudoctor: the dashboard of a training run",
-    (("Panels", HELP_PANELS), ("Keys", HELP_KEYS)),
+    _("gpudoctor: the dashboard of a training run"),
+    ((_("Panels"), HELP_PANELS), (_("Keys"), HELP_KEYS)),
 )
 
 
@@ -220,7 +235,7 @@ class RanksScreen(Screen[None]):
     """A distributed job's ranks, one line each (the slowest first when they are more
     than the screen holds)."""
 
-    BINDINGS = [Binding("escape,q,r", "app.pop_screen", "Back")]
+    BINDINGS = [Binding("escape,q,r", "app.pop_screen", _("Back"))]
 
     def __init__(self, ranks: tuple[RankMeasure, ...]) -> None:
         super().__init__()
@@ -242,7 +257,7 @@ class RanksScreen(Screen[None]):
 class OutputScreen(Screen[None]):
     """The tail of the job's output, with the room of the whole terminal."""
 
-    BINDINGS = [Binding("escape,q,o", "app.pop_screen", "Back")]
+    BINDINGS = [Binding("escape,q,o", "app.pop_screen", _("Back"))]
 
     def __init__(self, lines: tuple[OutputLine, ...], path: str | None) -> None:
         super().__init__()
@@ -264,7 +279,7 @@ class OutputScreen(Screen[None]):
 class ProfileScreen(Screen[None]):
     """torch.profiler's top operators over a few steps of the live job (asked with `p`)."""
 
-    BINDINGS = [Binding("escape,q,p", "app.pop_screen", "Back")]
+    BINDINGS = [Binding("escape,q,p", "app.pop_screen", _("Back"))]
 
     def __init__(self, steps: int, after_capture: int = 0) -> None:
         super().__init__()
@@ -312,7 +327,7 @@ def profile_text(profile: dict[str, Any]) -> Text:
 
 
 class HelpScreen(ModalScreen[None]):
-    BINDINGS = [Binding("escape,q,question_mark", "app.pop_screen", "Close")]
+    BINDINGS = [Binding("escape,q,question_mark", "app.pop_screen", _("Close"))]
 
     def __init__(self, content: HelpContent = DOCTOR_HELP) -> None:
         super().__init__()
@@ -329,19 +344,21 @@ class QuitScreen(ModalScreen[str]):
     """Asked when the job is still running: stop it, or leave it running."""
 
     BINDINGS = [
-        Binding("s", "choose('stop')", "Stop the job and quit"),
-        Binding("ctrl+c", "choose('stop')", "Stop the job and quit", show=False),
-        Binding("l", "choose('leave')", "Leave it running and quit"),
-        Binding("escape,c", "choose('cancel')", "Cancel"),
+        Binding("s", "choose('stop')", _("Stop the job and quit")),
+        Binding("ctrl+c", "choose('stop')", _("Stop the job and quit"), show=False),
+        Binding("l", "choose('leave')", _("Leave it running and quit")),
+        Binding("escape,c", "choose('cancel')", _("Cancel")),
     ]
 
     def compose(self) -> ComposeResult:
         with Vertical(id="quit-box"):
             yield Static(
-                "The job is still running.\n\n"
-                "  s  stop the job (Ctrl-C to it) and quit; Ctrl-C again does the same\n"
-                "  l  leave it running and quit (its output stays in the log)\n"
-                "  esc  cancel",
+                _(
+                    "The job is still running.\n\n"
+                    "  s  stop the job (Ctrl-C to it) and quit; Ctrl-C again does the same\n"
+                    "  l  leave it running and quit (its output stays in the log)\n"
+                    "  esc  cancel"
+                ),
                 id="quit-text",
             )
             yield Footer()

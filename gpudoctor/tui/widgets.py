@@ -11,6 +11,7 @@ from textual.widgets.option_list import Option
 
 from gpudoctor import display
 from gpudoctor.diagnosis.remedies import CATALOGUE
+from gpudoctor.i18n import _
 from gpudoctor.model import Finding, GpuProcess, GpuSample
 from gpudoctor.prescribe.how import how
 from gpudoctor.redact import redact_text
@@ -61,7 +62,7 @@ class GpuPanel(Panel):
     on a short terminal or a many-GPU server, one line a GPU, then a few GPUs a line.
     The room is the panel's max-height (doctor.tcss: 30% of the screen)."""
 
-    BORDER_TITLE = "GPU"
+    BORDER_TITLE = _("GPU")
     MAX_SHARE = 0.30  # as doctor.tcss's max-height
     PROC_ROWS = 6
 
@@ -181,7 +182,7 @@ def _gpu_row(out: Text, g: GpuSample, new_line: bool = True) -> tuple[dict[str, 
 
 
 class HostPanel(Panel):
-    BORDER_TITLE = "Host"
+    BORDER_TITLE = _("Host")
 
     def render_snapshot(self, s: Snapshot) -> Text:
         if s.host is None:
@@ -198,7 +199,7 @@ class HostPanel(Panel):
 
 
 class JobPanel(Panel):
-    BORDER_TITLE = "Job"
+    BORDER_TITLE = _("Job")
 
     def render_snapshot(self, s: Snapshot) -> Text:
         width = max(10, (self.size.width or 60) - 4)
@@ -258,7 +259,7 @@ def _ended(s: Snapshot) -> str:
 
 
 class OutputPanel(Panel):
-    BORDER_TITLE = "Output"
+    BORDER_TITLE = _("Output")
     # with fewer than three rows it would show a border and nothing else: the app hides
     # it then (DoctorApp._fit_panels, by `display`; an invisible widget that is given
     # rows again would keep them blank, as `visible` set here once did)
@@ -276,9 +277,9 @@ class OutputPanel(Panel):
 class FindingsPanel(OptionList):
     """Ranked findings; Enter opens one (OptionList posts OptionSelected)."""
 
-    BORDER_TITLE = "Findings"
+    BORDER_TITLE = _("Findings")
     # OptionList's own Enter (select) is hidden from the footer: shown here, named
-    BINDINGS = [Binding("enter", "select", "Remedies", show=True)]
+    BINDINGS = [Binding("enter", "select", _("Remedies"), show=True)]
 
     shown: tuple[Finding, ...] | None = None
     running = True
@@ -310,7 +311,7 @@ class FindingsPanel(OptionList):
         highlighted = self.highlighted
         self.clear_options()
         if not s.findings:
-            words = "no findings yet" if s.running else "no findings: nothing to fix was seen"
+            words = _("no findings yet") if s.running else _("no findings: nothing to fix was seen")
             self.add_option(Option(Text(words, "dim"), id="none", disabled=True))
             return
         self.add_options([Option(self._prompt(f), id=f.id) for f in s.findings])
@@ -330,7 +331,7 @@ def _prompt(f: Finding, lang: str = "en", action: str | None = None) -> Text:
     text.append(f"{f.id}: ", "bold")
     text.append(f.title)
     if f.confidence == "estimated":
-        text.append(" (estimated)", "italic")
+        text.append(_(" (estimated)"), "italic")
     text.append(f"\n       {f.evidence}", "dim")
     if f.remedies and f.remedies[0] in CATALOGUE:  # the first remedy; Enter opens them all
         title = CATALOGUE[f.remedies[0]].title

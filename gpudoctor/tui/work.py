@@ -15,13 +15,14 @@ from textual.binding import Binding
 from textual.widgets import Footer, Header, ProgressBar, RichLog, Static
 
 from gpudoctor.app.progress import Progress
+from gpudoctor.i18n import _
 
 R = TypeVar("R")
 
 
 class WorkApp(App[None], Generic[R]):
     CSS_PATH = "doctor.tcss"
-    BINDINGS = [Binding("q", "close", "Quit")]
+    BINDINGS = [Binding("q", "close", _("Quit"))]
 
     def __init__(
         self,
