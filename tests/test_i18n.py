@@ -150,3 +150,28 @@ def test_fix_and_trial_results_read_in_chinese_and_the_table_lines_up() -> None:
     )
     assert "gpudoctor trial：更快" in trial and "通过脚本参数应用 more-workers" in trial
     assert "加速比 " in trial and "原配置 " in trial and "新配置 " in trial
+
+
+def test_the_tui_in_chinese_at_80x24(tmp_path: Path) -> None:
+    """A live job in tmux at 80x24 with --lang zh: the panels' titles, the findings and
+    the footer's keys are Chinese, no line is wider than the terminal (CJK characters
+    take two columns), and q asks in Chinese."""
+    from test_tui_terminal import run_in_tmux, tmux, wait_screen
+
+    name = f"gpudoctor-zh-{tmp_path.name}"
+    job = f"{PY} {SAMPLES / 'dataloader_bound.py'} --seconds 600"
+    run_in_tmux(
+        tmp_path,
+        name,
+        f"GPUDOCTOR_STORE={tmp_path / 's.db'} {PY} -m gpudoctor run --lang zh -- {job}",
+    )
+    try:
+        shown = wait_screen(name, "训练在等待输入数据", "⏎ 处方", "诊断结果", "主机", "作业")
+        assert all(cell_width(line) <= 80 for line in shown.splitlines()), shown
+        tmux("send-keys", "-t", name, "q")
+        asked = wait_screen(name, "作业还在运行。", "停止作业并退出")
+        assert all(cell_width(line) <= 80 for line in asked.splitlines()), asked
+        tmux("send-keys", "-t", name, "s")
+        wait_screen(name, "SHELL-IS-BACK")
+    finally:
+        tmux("kill-session", "-t", name)
