@@ -175,3 +175,21 @@ def test_the_tui_in_chinese_at_80x24(tmp_path: Path) -> None:
         wait_screen(name, "SHELL-IS-BACK")
     finally:
         tmux("kill-session", "-t", name)
+
+
+def test_the_markdown_report_of_a_recorded_run_in_chinese() -> None:
+    """The H200 recording's report: headings, measures and findings in Chinese, the same
+    numbers and the same ids as the English one."""
+    from conftest import load_recorded_session
+
+    from gpudoctor.report.build import build
+    from gpudoctor.report.render import markdown
+
+    timeline = load_recorded_session("dataloader_bound")
+    english = markdown(build(timeline, 7, "en"))
+    i18n.use("zh")
+    chinese = markdown(build(load_recorded_session("dataloader_bound"), 7, "zh"))
+    assert "# gpudoctor 报告（会话 7）" in chinese and "## 诊断结果" in chinese
+    assert "1. **input-bound** (high): 训练在等待输入数据" in chinese
+    assert "可能的原因：input-bound" in chinese
+    assert re.findall(r"\*\*([a-z-]+)\*\*", chinese) == re.findall(r"\*\*([a-z-]+)\*\*", english)

@@ -25,6 +25,7 @@ from gpudoctor.diagnosis.rules import (
     straggler,
 )
 from gpudoctor.diagnosis.window import Window
+from gpudoctor.i18n import _
 from gpudoctor.model import Finding
 
 RULES = (
@@ -97,7 +98,9 @@ def _explain_low_util(findings: list[Finding]) -> list[Finding]:
             names = ", ".join(c.id for c in top)
             remedies = tuple(dict.fromkeys(r for c in top for r in c.remedies))
             f = dataclasses.replace(
-                f, evidence=f"{f.evidence} Likely cause: {names}.", remedies=remedies
+                f,
+                evidence=f.evidence + _(" Likely cause: {names}.").format(names=names),
+                remedies=remedies,
             )
         out.append(f)
     return out

@@ -155,51 +155,79 @@ def hotspot_words(h: HotspotLine) -> str:
 
 def markdown(report: Report) -> str:
     lines = [
-        f"# gpudoctor report (session {report.session})",
+        _("# gpudoctor report (session {session})").format(session=report.session),
         "",
-        f"- command: `{' '.join(report.command)}`",
+        _("- command: `{command}`").format(command=" ".join(report.command)),
         f"- {status_words(report)}, {report.duration_s:.1f} s",
         _steps_words(report),
         f"- GPU: {report.gpu_status}",
     ]
     for g in report.gpus:
         lines.append(
-            f"  - GPU {g.index} {g.name}: util mean {g.util_mean_pct}% p95 "
-            f"{g.util_p95_pct}%, memory max {_gib(g.mem_used_max_bytes)} of "
-            f"{_gib(g.mem_total_bytes)}, power {g.power_mean_w} W"
+            "  - "
+            + _(
+                "GPU {index} {name}: util mean {mean}% p95 {p95}%, memory max {used} of "
+                "{total}, power {power} W"
+            ).format(
+                index=g.index,
+                name=g.name,
+                mean=g.util_mean_pct,
+                p95=g.util_p95_pct,
+                used=_gib(g.mem_used_max_bytes),
+                total=_gib(g.mem_total_bytes),
+                power=g.power_mean_w,
+            )  # fmt: skip
         )
     if report.speed_of_light is not None:
         lines += [f"- {line}" for line in speed_words(report.speed_of_light)]
     h = report.host
     if h is not None:
         lines.append(
-            f"- host: {h.cores_allowed} cores allowed, CPU {h.cpu_mean_pct}%, job "
-            f"{h.job_cpu_cores_mean} cores, iowait {h.iowait_mean_pct}%"
+            "- "
+            + _(
+                "host: {cores} cores allowed, CPU {cpu}%, job {job} cores, iowait {iowait}%"
+            ).format(
+                cores=h.cores_allowed,
+                cpu=h.cpu_mean_pct,
+                job=h.job_cpu_cores_mean,
+                iowait=h.iowait_mean_pct,
+            )  # fmt: skip
         )
-    lines += ["", "## Findings", ""]
+    lines += ["", _("## Findings"), ""]
     if not report.findings:
-        lines.append("No findings: nothing measured points at a bottleneck.")
+        lines.append(_("No findings: nothing measured points at a bottleneck."))
     for n, f in enumerate(report.findings, 1):
-        confidence = ", estimated" if f.estimated else ""
+        confidence = _(", estimated") if f.estimated else ""
         lines.append(f"{n}. **{f.id}** ({f.severity}{confidence}): {f.title}")
         lines.append(f"   {f.evidence}")
         if f.predicted_speedup:
             lines.append(f"   {predicted_words(f.predicted_speedup)}")
         for r in f.remedies:
-            lines.append(f"   - `{r.id}` {r.title} [guide: {r.guide}]: {r.how}")
+            lines.append(
+                "   - "
+                + _("`{id}` {title} [guide: {guide}]: {how}").format(
+                    id=r.id, title=r.title, guide=r.guide, how=r.how
+                )
+            )
     if report.profile is not None:
         p = report.profile
         lines += ["", f"## {profile_title(p, heading=True)}", ""]
-        lines += ["| operator | calls | self CPU us | self device us |", "|---|---|---|---|"]
+        lines += [
+            _("| operator | calls | self CPU us | self device us |"),
+            "|---|---|---|---|",
+        ]
         for op in p.operators:
             lines.append(
                 f"| `{op.name}` | {op.calls} | {op.self_cpu_time_total_us} | "
                 f"{op.self_device_time_total_us} |"
             )
     if report.hotspots:
-        lines += ["", "## Where the time outside the model goes", ""]
-        lines += [f"From {hotspot_source(report)}.", ""]
-        lines += ["| share | where | state | line | function | code |", "|---|---|---|---|---|---|"]
+        lines += ["", _("## Where the time outside the model goes"), ""]
+        lines += [_("From {source}.").format(source=hotspot_source(report)), ""]
+        lines += [
+            _("| share | where | state | line | function | code |"),
+            "|---|---|---|---|---|---|",
+        ]
         for spot in report.hotspots:
             code = spot.code.replace("|", "\\|")
             lines.append(
@@ -207,7 +235,7 @@ def markdown(report: Report) -> str:
                 f"`{spot.function}` | `{code}` |"
             )
     if report.notes:
-        lines += ["", "## Notes", ""] + [f"- {n}" for n in report.notes]
+        lines += ["", _("## Notes"), ""] + [f"- {n}" for n in report.notes]
     return "\n".join(lines) + "\n"
 
 
@@ -221,18 +249,25 @@ def profile_title(p: Profile, heading: bool = False) -> str:
 def _steps_words(report: Report) -> str:
     s: StepMeasures = report.steps
     if report.watched:
-        words = f"- steps: not timed (watched from outside; {s.stack_samples} stack samples)"
+        words = "- " + _("steps: not timed (watched from outside; {samples} stack samples)").format(
+            samples=s.stack_samples
+        )
         if s.steps_per_s:
-            words += f", about {s.steps_per_s:.1f} steps/s ({s.median_ms:.1f} ms a step)"
+            words += _(", about {rate:.1f} steps/s ({ms:.1f} ms a step)").format(
+                rate=s.steps_per_s, ms=s.median_ms
+            )
     else:
-        words = f"- steps: {s.count}"
+        words = "- " + _("steps: {count}").format(count=s.count)
         if s.median_ms:
-            words += f", median {ms_text(s.median_ms)}, p90 {ms_text(s.p90_ms or 0.0)}"
+            words += _(", median {median}, p90 {p90}").format(
+                median=ms_text(s.median_ms), p90=ms_text(s.p90_ms or 0.0)
+            )
         if s.samples_per_s:
-            words += f", {s.samples_per_s:.1f} samples/s"
+            words += _(", {rate:.1f} samples/s").format(rate=s.samples_per_s)
     if s.data_wait_fraction is not None:
-        approx = "about " if report.watched else ""
-        words += f", data wait {approx}{s.data_wait_fraction:.0%}"
+        words += (
+            _(", data wait about {wait:.0%}") if report.watched else _(", data wait {wait:.0%}")
+        ).format(wait=s.data_wait_fraction)
     return words
 
 
@@ -332,21 +367,39 @@ def trial_markdown(r: TrialResult) -> str:
     lines = [
         "# gpudoctor trial",
         "",
-        f"- verdict: **{c.verdict}**, speedup {round(c.speedup, 4):.2f}x "
-        f"(95% interval {low:.2f}-{high:.2f})",
-        f"- baseline: {round(b.samples_per_s, 2)} {b.unit}/s, data wait "
-        f"{percent(b.data_wait_fraction)}",
-        f"- treatment: {round(t.samples_per_s, 2)} {t.unit}/s, data wait "
-        f"{percent(t.data_wait_fraction)}",
-        f"- treatment command: `{redact_text(r.treatment_shown)}`",
-    ]
+        "- "
+        + _("verdict: **{verdict}**, speedup {speedup:.2f}x (95% interval {low:.2f}-{high:.2f})")
+        .format(verdict=verdict_words(c.verdict), speedup=round(c.speedup, 4), low=low, high=high),
+        "- "
+        + _("baseline: {rate} {unit}, data wait {wait}").format(
+            rate=round(b.samples_per_s, 2), unit=unit_words(b.unit),
+            wait=percent(b.data_wait_fraction),
+        ),
+        "- "
+        + _("treatment: {rate} {unit}, data wait {wait}").format(
+            rate=round(t.samples_per_s, 2), unit=unit_words(t.unit),
+            wait=percent(t.data_wait_fraction),
+        ),
+        "- " + _("treatment command: `{command}`").format(command=redact_text(r.treatment_shown)),
+    ]  # fmt: skip
     if c.crowding is not None:
         lines.append(f"- {c.crowding.words()}")
-    lines += [f"- applied `{a.remedy}` via {a.via}: {a.change}" for a in r.applied]
+    lines += [
+        "- "
+        + _("applied `{remedy}` via {via}: {change}").format(
+            remedy=a.remedy, via=via_words(a.via), change=a.change
+        )
+        for a in r.applied
+    ]
     if any(a.changes_numerics for a in r.applied):
-        lines.append(f"- changes numerics: {loss_words(c)}")
+        lines.append("- " + _("changes numerics: {loss}").format(loss=loss_words(c)))
     if r.predicted is not None and r.predicted.known:
-        lines.append(f"- predicted {r.predicted.words()} ({r.predicted.basis})")
+        lines.append(
+            "- "
+            + _("predicted {span} ({basis})").format(
+                span=r.predicted.words(), basis=r.predicted.basis
+            )
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -376,9 +429,11 @@ def tune_markdown(found: Found) -> str:
         for t in found.tries
     )
     return (
-        f"# gpudoctor tune batch-size\n\n- largest that fits: {found.largest}\n"
-        f"- fastest: {found.fastest}\n- stopped by: {found.stopped_by}\n\n"
-        f"| batch size | result | samples/s |\n|---|---|---|\n{rows}\n"
+        _(
+            "# gpudoctor tune batch-size\n\n- largest that fits: {largest}\n- fastest: {fastest}\n"
+            "- stopped by: {stopped}\n\n| batch size | result | samples/s |\n|---|---|---|\n"
+        ).format(largest=found.largest, fastest=found.fastest, stopped=found.stopped_by)
+        + f"{rows}\n"
     )
 
 
@@ -474,25 +529,28 @@ def numerics_words(s: FixStep) -> str:
 
 def fix_markdown(r: FixResult) -> str:
     lines = ["# gpudoctor fix", ""]
-    lines += ["| # | remedy | change | predicted | measured | 95% interval | kept |"]
+    lines += [_("| # | remedy | change | predicted | measured | 95% interval | kept |")]
     lines += ["|---|---|---|---|---|---|---|"]
     for n, s in enumerate(r.steps, 1):
         c = s.comparison
         change = "; ".join(ch.change for ch in s.changes).replace("|", "\\|")
+        kept = _("yes") if s.kept else _("no")
         lines.append(
             f"| {n} | `{s.remedy}` | {change} | {s.predicted.words()} | {c.speedup:.2f}x | "
-            f"{c.ci95[0]:.2f}-{c.ci95[1]:.2f} | {'yes' if s.kept else 'no'} |"
+            f"{c.ci95[0]:.2f}-{c.ci95[1]:.2f} | {kept} |"
         )
     lines.append("")
     lines += [f"- #{n} {numerics_words(s)}" for n, s in enumerate(r.steps, 1) if s.changes_numerics]
     if r.overall is not None:
-        lines.append(f"- the whole visit: {speedup_words(r.overall)}")
-        lines.append(f"- use: `{redact_text(r.final.shown())}`")
+        lines.append(
+            "- " + _("the whole visit: {speedup}").format(speedup=speedup_words(r.overall))
+        )
+        lines.append("- " + _("use: `{command}`").format(command=redact_text(r.final.shown())))
         if r.final_diff:
             lines += ["", "```diff", r.final_diff.rstrip("\n"), "```", ""]
     else:
-        lines.append("- nothing tried made it measurably faster")
-    lines += [f"- by hand: {e}" for e in r.edits]
+        lines.append("- " + _("nothing tried made it measurably faster"))
+    lines += ["- " + _("by hand: {edit}").format(edit=e) for e in r.edits]
     return "\n".join(lines) + "\n"
 
 
