@@ -10,7 +10,9 @@ import os
 from collections.abc import Sequence
 
 from gpudoctor.diagnosis.ranks import RankMeasure
+from gpudoctor.i18n import _
 from gpudoctor.model import GpuSample, HostSample
+from gpudoctor.units import cell_width
 
 NA = "N/A"
 
@@ -141,7 +143,7 @@ HARMLESS_REASONS = frozenset({"gpu-idle", "applications-clocks", "display-clocks
 
 def throttle_text(reasons: tuple[str, ...] | None) -> str:
     active = [r for r in reasons or () if r not in HARMLESS_REASONS]
-    return ("throttled: " + ", ".join(active)) if active else ""
+    return (_("throttled: ") + ", ".join(active)) if active else ""
 
 
 # -- host ------------------------------------------------------------------------------
@@ -167,14 +169,16 @@ def host_lines(h: HostSample, width: int, core_rows: int = 4) -> list[tuple[str,
         busy = max(cores, default=0.0)
         out.append(
             (
-                f"CPU {h.cpu_pct:3.0f}% over {len(cores)} cores (busiest {busy:.0f}%)",
+                _("CPU {cpu:3.0f}% over {cores} cores (busiest {busy:.0f}%)").format(
+                    cpu=h.cpu_pct, cores=len(cores), busy=busy
+                ),
                 band(h.cpu_pct),
             )
         )
     out.append((f"load {h.load_1m:.2f}   iowait {pct(h.iowait_pct, 1)}", ""))
     others = h.others_cpu_cores
     if others is not None and others >= 0.25:  # as the host reader starts naming them
-        out.append((f"others {others:.1f} cores", ""))
+        out.append((_("others {cores:.1f} cores").format(cores=others), ""))
     mem_pct = h.mem_used_bytes / h.mem_total_bytes * 100 if h.mem_total_bytes else None
     out.append(
         (f"mem  {bar((mem_pct or 0) / 100, 6)} {gib(h.mem_used_bytes)} / {gib(h.mem_total_bytes)}",
@@ -192,15 +196,15 @@ def host_lines(h: HostSample, width: int, core_rows: int = 4) -> list[tuple[str,
 def split_bar(split: dict[str, float], width: int) -> tuple[str, str]:
     """A stacked bar of where a step goes, and its legend."""
     if not split or width <= 0:
-        return "", "no steps yet"
+        return "", _("no steps yet")
     cells: list[str] = []
     for key, _label, char in SPLIT_PARTS:
         cells.append(char * round(split.get(key, 0.0) * width))
     text = "".join(cells)[:width].ljust(width, ".")
     # the bar's letters are the labels' initials; the legend breaks between items where
     # two-digit values would not fit, so its height does not move with the numbers
-    items = [f"{label} {split.get(key, 0.0):.0%}" for key, label, _char in SPLIT_PARTS]
-    widest = [len(f"{label} 99%") for _key, label, _char in SPLIT_PARTS]
+    items = [f"{split_label(key)} {split.get(key, 0.0):.0%}" for key, _label, _char in SPLIT_PARTS]
+    widest = [cell_width(f"{split_label(key)} 99%") for key, _label, _char in SPLIT_PARTS]
     lines, used = [items[0]], widest[0]
     for item, room in zip(items[1:], widest[1:], strict=True):
         if used + 2 + room <= width:
@@ -210,6 +214,18 @@ def split_bar(split: dict[str, float], width: int) -> tuple[str, str]:
             lines.append(item)
             used = room
     return text, "\n".join(lines)
+
+
+def split_label(key: str) -> str:
+    """A part of the step in the person's language (SPLIT_PARTS has the English)."""
+    words = {
+        "data_wait": _("Data wait"),
+        "forward": _("Forward"),
+        "backward": _("Backward"),
+        "optimizer": _("Optimizer"),
+        "other": _("other (.)"),
+    }
+    return words.get(key, key)
 
 
 RANK_HEADER = "rank  step p50  data wait  own work  comm wait  GPU"

@@ -34,3 +34,18 @@ def cell_width(text: str) -> int:
     which pyte, the job's output screen, uses too)."""
     width = wcswidth(text)
     return width if width >= 0 else len(text)
+
+
+def crop(text: str, width: int) -> str:
+    """`text` cut to `width` terminal columns (a wide character that would straddle the
+    edge is left out)."""
+    if cell_width(text) <= width:
+        return text
+    out, used = [], 0
+    for char in text:
+        w = max(0, wcswidth(char))
+        if used + w > width:
+            break
+        out.append(char)
+        used += w
+    return "".join(out)

@@ -17,7 +17,7 @@ from gpudoctor.prescribe.how import how
 from gpudoctor.redact import redact_text
 from gpudoctor.snapshot import Snapshot
 from gpudoctor.terminal import OutputLine
-from gpudoctor.units import ms_text, rate_text
+from gpudoctor.units import cell_width, crop, ms_text, rate_text
 
 
 class Panel(Static):
@@ -72,7 +72,8 @@ class GpuPanel(Panel):
 
     def render_snapshot(self, s: Snapshot) -> Text:
         if not s.gpus:
-            return Text(f"CPU-only mode: {s.gpu_reason or 'no GPU readings yet'}", "dim")
+            reason = s.gpu_reason or _("no GPU readings yet")
+            return Text(_("CPU-only mode: {reason}").format(reason=reason), "dim")
         width = (self.size.width or 80) - 4
         room = self.room()
         procs = [p for g in s.gpus for p in g.processes]
@@ -186,7 +187,7 @@ class HostPanel(Panel):
 
     def render_snapshot(self, s: Snapshot) -> Text:
         if s.host is None:
-            return Text("waiting for the first reading…", "dim")
+            return Text(_("waiting for the first reading…"), "dim")
         out = Text()
         # six lines besides the cores (load, memory, swap, disk, network) and the border
         rows = max(4, (self.size.height or 10) - 8)
@@ -203,59 +204,86 @@ class JobPanel(Panel):
 
     def render_snapshot(self, s: Snapshot) -> Text:
         width = max(10, (self.size.width or 60) - 4)
-        state = "running" if s.running else _ended(s)
+        state = _("running") if s.running else _ended(s)
         out = Text()
-        out.append(display.command_words(s.command, width=width)[:width], "bold")
+        out.append(crop(display.command_words(s.command, width=width), width), "bold")
         self.tooltip = " ".join(s.command)  # the full line
-        up = f"up {display.duration(s.elapsed_s)}"
+        up = _("up {duration}").format(duration=display.duration(s.elapsed_s))
         if s.mode == "watch":
-            out.append(f"\nwatching pid {s.job_pid}  {state}  {up}")
-            out.append(f"\nfrom outside: {s.stack_samples} stack samples", "")
+            out.append("\n" + _("watching pid {pid}").format(pid=s.job_pid) + f"  {state}  {up}")
+            out.append(
+                "\n" + _("from outside: {samples} stack samples").format(samples=s.stack_samples)
+            )
             if s.steps_per_s:
-                out.append(f"  ~{s.steps_per_s:.1f} steps/s (~{display.ms(s.step_p50_ms)})")
-            out.append("\nstep times: not timed (estimates from py-spy)", "dim")
+                out.append(
+                    "  "
+                    + _("~{rate:.1f} steps/s (~{step})").format(
+                        rate=s.steps_per_s, step=display.ms(s.step_p50_ms)
+                    )
+                )
+            out.append("\n" + _("step times: not timed (estimates from py-spy)"), "dim")
         else:
             out.append(f"\npid {s.job_pid or '-'}  {state}  {up}")
-            out.append(f"\nsteps {s.steps_total}  step p50 {display.ms(s.step_p50_ms)}")
-            out.append(f" p90 {display.ms(s.step_p90_ms)}")
+            out.append(
+                "\n"
+                + _("steps {steps}  step p50 {p50} p90 {p90}").format(
+                    steps=s.steps_total,
+                    p50=display.ms(s.step_p50_ms),
+                    p90=display.ms(s.step_p90_ms),
+                )  # fmt: skip
+            )
             # the rate leads the plot's line: appended to the line above, it would wrap
             # or not as the numbers move, and each change of height lays the screen out
             rate = ""
             if s.samples_per_s:
-                rate = f"{s.samples_per_s:,.0f} samples/s  "
+                rate = _("{rate:,.0f} samples/s").format(rate=s.samples_per_s) + "  "
             elif s.steps_per_s:
-                rate = f"{s.steps_per_s:.1f} steps/s  "
-            spark = display.sparkline(s.step_history_ms, width - len(rate) - 10)
-            out.append(f"\n{rate}step time {spark}", "cyan")
+                rate = _("{rate:.1f} steps/s").format(rate=s.steps_per_s) + "  "
+            label = _("step time") + " "
+            spark = display.sparkline(
+                s.step_history_ms, width - cell_width(rate) - cell_width(label)
+            )
+            out.append(f"\n{rate}{label}{spark}", "cyan")
         bar, legend = display.split_bar(s.split, width)
         out.append(f"\n{bar}\n{legend}", "")
         sol = s.speed_of_light
         if sol is not None and sol.mfu is not None and sol.peak_tflops and sol.could_take_ms:
-            line = f"MFU {sol.mfu:.0%} of {rate_text(sol.peak_tflops)}"
-            could = f" · a step could take {ms_text(sol.could_take_ms)}"
-            out.append("\n" + (line + could if len(line + could) <= width else line[:width]))
+            line = _("MFU {mfu:.0%} of {peak}").format(mfu=sol.mfu, peak=rate_text(sol.peak_tflops))
+            could = " · " + _("a step could take {ms}").format(ms=ms_text(sol.could_take_ms))
+            shown = line + could if cell_width(line + could) <= width else crop(line, width)
+            out.append("\n" + shown)
         if s.ranks:  # the slowest rank by its own work; r opens the table
             slow = max(s.ranks, key=lambda r: r.own_ms)
             out.append(
-                f"\n{len(s.ranks)} ranks · slowest {slow.rank}: "
-                f"{display.ms(slow.own_ms)} own ({slow.score:.1f}x)"[:width],
+                "\n"
+                + crop(
+                    _("{ranks} ranks · slowest {rank}: {own} own ({score:.1f}x)").format(
+                        ranks=len(s.ranks),
+                        rank=slow.rank,
+                        own=display.ms(slow.own_ms),
+                        score=slow.score,
+                    ),
+                    width,
+                ),  # fmt: skip
                 "yellow" if slow.score >= 1.2 else "",
             )
         if s.host is not None:
             workers = [p for p in s.host.job if p.role == "worker"]
             if workers:
                 cpu = " ".join(f"{p.cpu_pct:.0f}%" for p in workers[:8])
-                out.append(f"\nDataLoader workers: {len(workers)}  CPU {cpu}")
+                out.append(
+                    "\n" + _("DataLoader workers: {n}  CPU {cpu}").format(n=len(workers), cpu=cpu)
+                )
         return out
 
 
 def _ended(s: Snapshot) -> str:
     e = s.exit
     if e is None:
-        return "running"
+        return _("running")
     if e.ended_by == "detached":
-        return "left running"
-    return f"ended ({e.ended_by}, exit code {e.exit_code})"
+        return _("left running")
+    return _("ended ({how}, exit code {code})").format(how=e.ended_by, code=e.exit_code)
 
 
 class OutputPanel(Panel):
@@ -270,7 +298,8 @@ class OutputPanel(Panel):
         if not tail:
             if s.mode == "watch":
                 return Text("(a watched job writes to its own terminal)", "dim")
-            return Text("(no output yet)" if s.output_path else "(output not recorded)", "dim")
+            words = _("(no output yet)") if s.output_path else _("(output not recorded)")
+            return Text(words, "dim")
         return styled(tail)
 
 
