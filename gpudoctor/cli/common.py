@@ -14,6 +14,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from gpudoctor.i18n import _
 from gpudoctor.output_log import DEFAULT_MAX_MB
 
 if TYPE_CHECKING:
@@ -125,7 +126,7 @@ def err(text: str) -> None:
 
 def write_file(path: Path, text: str) -> None:
     path.write_text(text, encoding="utf-8")
-    print(f"gpudoctor: report written to {path}", file=sys.stderr)
+    print(_("gpudoctor: report written to {path}").format(path=path), file=sys.stderr)
 
 
 @contextmanager
@@ -224,5 +225,5 @@ def write_charts(svg: Path, timeline: Timeline, duration_s: float, link: str) ->
         print(f"gpudoctor: nothing to draw: no {svg} written", file=sys.stderr)
         return ""
     svg.write_text(drawn, encoding="utf-8")
-    print(f"gpudoctor: the charts written to {svg}", file=sys.stderr)
+    print(_("gpudoctor: the charts written to {path}").format(path=svg), file=sys.stderr)
     return f"\n## The run over time\n\n![The run over time]({link})\n"

@@ -21,6 +21,7 @@ from gpudoctor.cli.common import (
     say,
     write_file,
 )
+from gpudoctor.i18n import _
 from gpudoctor.jobs import LaunchError
 from gpudoctor.prescribe.visit import FixResult
 from gpudoctor.redact import redact_argv
@@ -40,7 +41,7 @@ def command(args: argparse.Namespace) -> int:
     store = open_store(args)
     progress = say("gpudoctor fix")
     log = open_log(store, "fix", "fix")
-    progress(f"the runs' output goes to {log.path}")
+    progress(_("the runs' output goes to {path}").format(path=log.path))
 
     def visit(said: Progress) -> FixResult:
         return visits.fix(request, store, said, output=log.file)

@@ -30,6 +30,7 @@ from gpudoctor.cli.common import (
     write_charts,
     write_file,
 )
+from gpudoctor.i18n import _
 from gpudoctor.jobs import LaunchedJob, LaunchError
 from gpudoctor.store import Store
 from gpudoctor.timeline import Timeline
@@ -55,7 +56,7 @@ def command(args: argparse.Namespace) -> int:
         raise UsageError(f"gpudoctor run: {exc}") from None
     headless = args.headless
     if not headless and not on_terminal():
-        print("gpudoctor: no terminal for the TUI: running headless.", file=sys.stderr)
+        print(_("gpudoctor: no terminal for the TUI: running headless."), file=sys.stderr)
         headless = True
     metrics = serve_metrics(args, "run")
     store = open_store(args)

@@ -19,6 +19,7 @@ from gpudoctor.cli.common import (
     say,
     write_file,
 )
+from gpudoctor.i18n import _
 from gpudoctor.jobs import LaunchError
 from gpudoctor.redact import redact_argv
 from gpudoctor.report import to_json
@@ -53,7 +54,7 @@ def run(request: trials.TrialRequest, path: Path | None, store_path: Path | None
     store = open_store(argparse.Namespace(store=store_path))
     progress = say("gpudoctor trial")
     log = open_log(store, "trial", "trial")
-    progress(f"the runs' output goes to {log.path}")
+    progress(_("the runs' output goes to {path}").format(path=log.path))
     try:
         result = trials.trial(request, store, progress, output=log.file)
     except LaunchError as exc:

@@ -19,6 +19,7 @@ from gpudoctor.cli.common import (
     say,
     write_file,
 )
+from gpudoctor.i18n import _
 from gpudoctor.jobs import LaunchError
 from gpudoctor.prescribe.batch_size import Found
 from gpudoctor.redact import redact_argv
@@ -44,7 +45,7 @@ def command(args: argparse.Namespace) -> int:
     store = open_store(args)
     progress = say("gpudoctor tune")
     log = open_log(store, "tune", "tune")
-    progress(f"the runs' output goes to {log.path}")
+    progress(_("the runs' output goes to {path}").format(path=log.path))
 
     def search(said: Progress) -> Found:
         return tuning.tune_batch_size(request, store, said, output=log.file)

@@ -25,6 +25,7 @@ from gpudoctor.cli.common import (
     with_metrics,
 )
 from gpudoctor.cli.run import print_status, show
+from gpudoctor.i18n import _
 from gpudoctor.jobs import WatchedJob
 from gpudoctor.redact import redact_argv
 from gpudoctor.sources.nvml import NvmlReader
@@ -46,7 +47,7 @@ def command(args: argparse.Namespace) -> int:
     metrics = serve_metrics(args, "watch")
     store = open_store(args)
     if headless and not args.headless:
-        print("gpudoctor: no terminal for the TUI: watching headless.", file=sys.stderr)
+        print(_("gpudoctor: no terminal for the TUI: watching headless."), file=sys.stderr)
     try:
         job = running.watch(target.pid, store, args.interval, args.max_seconds, nvml, target.py_spy)
     except errors.NotPossible as exc:

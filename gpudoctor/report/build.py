@@ -12,6 +12,7 @@ from gpudoctor.diagnosis.ranks import RankMeasure
 from gpudoctor.diagnosis.remedies import CATALOGUE
 from gpudoctor.diagnosis.speed_of_light import speed_of_light
 from gpudoctor.diagnosis.window import Window, percentile
+from gpudoctor.i18n import _
 from gpudoctor.model import Finding
 from gpudoctor.prescribe.how import how
 from gpudoctor.prescribe.predict import first_remedy
@@ -249,13 +250,19 @@ def _doctor_notes(timeline: Timeline) -> list[str]:
         n = info.output_rotations
         rotated = ""
         if n == 1:
-            rotated = f" (it reached its cap once: the part before is in {info.output_log}.1)"
-        elif n > 1:
-            rotated = (
-                f" (it reached its cap {n} times: the last part before is in "
-                f"{info.output_log}.1, the older output was let go)"
+            rotated = _(" (it reached its cap once: the part before is in {path}.1)").format(
+                path=info.output_log
             )
-        notes.append(f"The job's output is in {info.output_log}{rotated}.")
+        elif n > 1:
+            rotated = _(
+                " (it reached its cap {n} times: the last part before is in {path}.1, the older "
+                "output was let go)"
+            ).format(n=n, path=info.output_log)
+        notes.append(
+            _("The job's output is in {path}{rotated}.").format(
+                path=info.output_log, rotated=rotated
+            )
+        )
     return notes
 
 
@@ -458,7 +465,7 @@ def _watch_notes(timeline: Timeline, w: Window) -> list[str]:
             "readings: the step rate is unknown."
         )
     if timeline.exit is not None and timeline.exit.ended_by == "detached":
-        notes.append("The doctor left; the job was left running, untouched.")
+        notes.append(_("The doctor left; the job was left running, untouched."))
     elif timeline.exit is not None:
         notes.append("The job ended while watched; its exit code is not visible from outside.")
     return notes
