@@ -71,14 +71,21 @@ class FindingScreen(Screen[None]):
         head.append(f.evidence)
         if f.confidence == "estimated":
             head.append(
-                "\n\nConfidence: estimated (watched from outside: py-spy's samples of the "
-                "main thread stand in for step timings).",
+                "\n\n"
+                + _(
+                    "Confidence: estimated (watched from outside: py-spy's samples of the main "
+                    "thread stand in for step timings)."
+                ),
                 "italic",
             )
         if self.predicted is not None and f.remedies:
             head.append(
-                f"\n\nPredicted with {f.remedies[0]}: {self.predicted.words()} "
-                f"({self.predicted.basis}). t measures it with a trial."
+                "\n\n"
+                + _(
+                    "Predicted with {remedy}: {span} ({basis}). t measures it with a trial."
+                ).format(
+                    remedy=f.remedies[0], span=self.predicted.words(), basis=self.predicted.basis
+                )
             )
         if self.spots is not None and self.spots.lines:
             head.append(hotspot_text(self.spots))
@@ -90,7 +97,12 @@ class FindingScreen(Screen[None]):
                 title = remedy.title.get(self.lang) or remedy.title["en"]
                 explanation = remedy.explanation.get(self.lang) or remedy.explanation["en"]
                 text.append(f"{n}. {title}", "bold")
-                text.append(f"  [{rid}; guide: {remedy.guide_section}]\n", "dim")
+                text.append(
+                    "  "
+                    + _("[{id}; guide: {section}]").format(id=rid, section=remedy.guide_section)
+                    + "\n",
+                    "dim",
+                )
                 text.append(explanation + "\n")
                 text.append(_("On a rerun: ") + how(rid, self.facts, self.cores, self.lang))
                 if remedy.snippet:  # with this job's values, as the advice above
@@ -128,16 +140,25 @@ def hotspot_text(spots: Hotspots) -> Text:
     """The lines of the user's code, each with its share, state and source line."""
     text = Text()
     text.append(
-        f"\n\nWhere the time outside the model goes (py-spy, {spots.main_samples} "
-        "samples of the main thread):",
+        "\n\n"
+        + _(
+            "Where the time outside the model goes (py-spy, {samples} samples of the main thread):"
+        ).format(samples=spots.main_samples),
         "bold",
     )
     for h in spots.lines:
-        whose = "main thread" if h.where == "main" else "workers"
+        state = _("idle") if h.state == "idle" else _("busy")
         text.append(f"\n{h.share:>4.0%} ", "bold")
-        text.append(f"of the {whose}, {h.state:<4}  ")
+        text.append(
+            (
+                _("of the main thread, {state}")
+                if h.where == "main"
+                else _("of the workers, {state}")
+            ).format(state=state)
+            + "  "
+        )
         text.append(f"{h.place}", "cyan")
-        text.append(f" in {h.function}")
+        text.append(_(" in {function}").format(function=h.function))
         if h.code:
             text.append(f"\n        {redact_text(h.code)}", "green")
     return text
