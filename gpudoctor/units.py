@@ -49,3 +49,9 @@ def crop(text: str, width: int) -> str:
         out.append(char)
         used += w
     return "".join(out)
+
+
+def pad(text: str, width: int, right: bool = False) -> str:
+    """`text` filled with spaces to `width` terminal columns (on the left: `right`)."""
+    fill = " " * max(0, width - cell_width(text))
+    return fill + text if right else text + fill

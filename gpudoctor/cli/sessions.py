@@ -9,11 +9,13 @@ from pathlib import Path
 
 from gpudoctor.app import errors, sessions
 from gpudoctor.cli.common import UsageError, lang_of, on_terminal, open_store, write_charts
+from gpudoctor.i18n import _
 from gpudoctor.redact import redact_argv
 from gpudoctor.report.build import build
 from gpudoctor.report.render import markdown
 from gpudoctor.store import Store, StoreError
 from gpudoctor.timeline import Timeline
+from gpudoctor.units import pad
 
 
 def history(args: argparse.Namespace) -> int:
@@ -35,11 +37,17 @@ def history(args: argparse.Namespace) -> int:
 def _history(store: Store, limit: int) -> int:
     rows = store.sessions()
     if not rows:
-        print(f"no recorded sessions in {store.path}")
+        print(_("no recorded sessions in {path}").format(path=store.path))
         return 0
     print(
-        f"{'id':>4}  {'started':16}  {'took':>7}  {'ended':22}  {'steps':>6}  {'top finding':26}  command"
-    )
+        "  ".join(
+            (
+                pad("id", 4, right=True), pad(_("started"), 16), pad(_("took"), 7, right=True),
+                pad(_("ended"), 22), pad(_("steps"), 6, right=True), pad(_("top finding"), 26),
+                _("command"),
+            )
+        )
+    )  # fmt: skip
     for row in rows[:limit]:
         started = time.strftime("%Y-%m-%d %H:%M", time.localtime(row.started_unix))
         took = f"{row.duration_s:.0f}s" if row.duration_s is not None else "-"
@@ -47,7 +55,7 @@ def _history(store: Store, limit: int) -> int:
         if row.exit is not None:
             ended = f"{row.exit.ended_by} ({row.exit.exit_code})"
         else:  # still recorded (`gpudoctor attach ID`), or its doctor died
-            ended = "live" if row.live else "incomplete"
+            ended = _("live") if row.live else _("incomplete")
             steps = store.counted_steps(row.id)
             took = f"{time.time() - row.started_unix:.0f}s" if row.live else took
         # a watched job's steps are not counted (py-spy samples them): "watch" says why
@@ -55,7 +63,8 @@ def _history(store: Store, limit: int) -> int:
         top = row.summary.get("top_finding") or "-"
         command = " ".join(redact_argv(row.command))
         print(
-            f"{row.id:>4}  {started:16}  {took:>7}  {ended:22}  {steps!s:>6}  {top:26}  {command[:60]}"
+            f"{row.id:>4}  {started:16}  {took:>7}  {pad(ended, 22)}  {steps!s:>6}  {top:26}  "
+            f"{command[:60]}"
         )
     return 0
 
