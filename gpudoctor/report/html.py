@@ -18,6 +18,7 @@ from typing import Any
 import pygal
 from pygal.style import Style
 
+from gpudoctor.i18n import _, language
 from gpudoctor.report.render import predicted_words, profile_title, speed_words, status_words
 from gpudoctor.report.values import Report
 from gpudoctor.series import SPLIT_LABELS, Point, RunSeries, by_time
@@ -128,7 +129,7 @@ def charts_file(series: RunSeries, duration_s: float) -> str | None:
 def head(title: str) -> list[str]:
     return [
         "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
+        f'<html lang="{language()}"><head><meta charset="utf-8">',
         f"<title>{html.escape(title)}</title>",
         f"<style>{PAGE_CSS}</style></head><body>",
     ]
@@ -145,38 +146,51 @@ def page(
     try it was."""
     e = html.escape
     parts = [
-        *head(f"gpudoctor report, session {report.session}"),
-        f"<h1>gpudoctor report (session {report.session})</h1>",
+        *head(_("gpudoctor report, session {session}").format(session=report.session)),
+        "<h1>"
+        + e(_("gpudoctor report (session {session})").format(session=report.session))
+        + "</h1>",
         "<ul>",
-        f"<li>command: <code>{e(' '.join(report.command))}</code></li>",
+        "<li>" + e(_("command:")) + f" <code>{e(' '.join(report.command))}</code></li>",
         f"<li>{e(status_words(report))}, {report.duration_s:.1f} s</li>",
     ]
     s = report.steps
     if s.count:
-        steps = f"{s.count} steps"
+        steps = _("{count} steps").format(count=s.count)
         if s.median_ms is not None:
-            steps += f", median {s.median_ms} ms, p90 {s.p90_ms} ms"
+            steps += _(", median {median} ms, p90 {p90} ms").format(
+                median=s.median_ms, p90=s.p90_ms
+            )
         if s.data_wait_fraction is not None:
-            steps += f", data wait {s.data_wait_fraction:.0%}"
+            steps += _(", data wait {wait:.0%}").format(wait=s.data_wait_fraction)
         parts.append(f"<li>{e(steps)}</li>")
     parts.append(f"<li>GPU: {e(report.gpu_status)}</li>")
     for g in report.gpus:
         parts.append(
-            f"<li>GPU {g.index} {e(g.name or '')}: util mean {g.util_mean_pct}%, p95 "
-            f"{g.util_p95_pct}%, power {g.power_mean_w} W</li>"
+            "<li>"
+            + e(
+                _("GPU {index} {name}: util mean {mean}%, p95 {p95}%, power {power} W").format(
+                    index=g.index,
+                    name=g.name or "",
+                    mean=g.util_mean_pct,
+                    p95=g.util_p95_pct,
+                    power=g.power_mean_w,
+                )
+            )
+            + "</li>"
         )
     if report.speed_of_light is not None:
         parts += [f"<li>{e(line)}</li>" for line in speed_words(report.speed_of_light)]
     parts.append("</ul>")
     drawn = charts(series, report.duration_s)
     if drawn:
-        parts.append("<h2>The run over time</h2>")
+        parts.append("<h2>" + e(_("The run over time")) + "</h2>")
         parts += [f'<div class="chart">{svg}</div>' for svg in drawn]
-    parts.append("<h2>Findings</h2>")
+    parts.append("<h2>" + e(_("Findings")) + "</h2>")
     if not report.findings:
-        parts.append("<p>No findings: nothing measured points at a bottleneck.</p>")
+        parts.append("<p>" + e(_("No findings: nothing measured points at a bottleneck.")) + "</p>")
     for f in report.findings:
-        estimated = ", estimated" if f.estimated else ""
+        estimated = _(", estimated") if f.estimated else ""
         parts.append(f'<div class="finding {e(f.severity)}">')
         parts.append(f"<h3><code>{e(f.id)}</code> ({e(f.severity)}{estimated}): {e(f.title)}</h3>")
         parts.append(f"<p>{e(f.evidence)}</p>")
@@ -185,8 +199,9 @@ def page(
         parts.append("<ul>")
         for r in f.remedies:
             parts.append(
-                f"<li><code>{e(r.id)}</code> {e(r.title)} (guide: {e(r.guide)}): "
-                f"<pre>{e(r.how)}</pre></li>"
+                f"<li><code>{e(r.id)}</code> {e(r.title)} "
+                + e(_("(guide: {guide}):").format(guide=r.guide))
+                + f" <pre>{e(r.how)}</pre></li>"
             )
         parts.append("</ul></div>")
     if report.profile is not None:
@@ -206,7 +221,7 @@ def page(
     for t in tunes:
         parts += tune_part(t)
     if report.hotspots:
-        parts.append("<h2>Where the time outside the model goes</h2><table>")
+        parts.append("<h2>" + e(_("Where the time outside the model goes")) + "</h2><table>")
         parts.append(
             "<tr><th>share</th><th>where</th><th>state</th><th>line</th><th>code</th></tr>"
         )
@@ -217,7 +232,7 @@ def page(
             )
         parts.append("</table>")
     if report.notes:
-        parts.append("<h2>Notes</h2><ul>")
+        parts.append("<h2>" + e(_("Notes")) + "</h2><ul>")
         parts += [f"<li>{e(n)}</li>" for n in report.notes]
         parts.append("</ul>")
     parts.append("</body></html>")
