@@ -212,39 +212,51 @@ def _doctor_notes(timeline: Timeline) -> list[str]:
     notes = []
     for stall in info.stalls[:MAX_STALL_NOTES]:
         notes.append(
-            f"The doctor was stalled {stall.seconds:.1f} s at {clock_text(stall.at_s)} "
-            "(stopped, or starved of CPU)"
-            + ("; the probe kept the step timings meanwhile." if kept else ".")
+            _("The doctor was stalled {seconds:.1f} s at {at} (stopped, or starved of CPU)").format(
+                seconds=stall.seconds, at=clock_text(stall.at_s)
+            )
+            + (_("; the probe kept the step timings meanwhile.") if kept else ".")
         )
     if len(info.stalls) > MAX_STALL_NOTES:
         more = info.stalls[MAX_STALL_NOTES:]
         notes.append(
-            f"... and {len(more)} more stalls, {sum(s.seconds for s in more):.1f} s in all."
+            _("... and {n} more stalls, {seconds:.1f} s in all.").format(
+                n=len(more), seconds=sum(s.seconds for s in more)
+            )
         )
     for t in info.socket_remade_at_s:
         notes.append(
-            f"The probe's socket was removed at {clock_text(t)} (not by the doctor); "
-            "the doctor made it again at once."
+            _(
+                "The probe's socket was removed at {at} (not by the doctor); the doctor made it "
+                "again at once."
+            ).format(at=clock_text(t))
         )
     if info.terminal_hung_up_at_s is not None:
         notes.append(
-            f"The terminal went away at {clock_text(info.terminal_hung_up_at_s)} (SIGHUP): "
-            "the doctor recorded on, headless, to the end."
+            _(
+                "The terminal went away at {at} (SIGHUP): the doctor recorded on, headless, to "
+                "the end."
+            ).format(at=clock_text(info.terminal_hung_up_at_s))
         )
     for outage in info.store_outages:
         lasted = (
-            f"for {outage.seconds:.1f} s: the records were kept and written after"
+            _("for {seconds:.1f} s: the records were kept and written after").format(
+                seconds=outage.seconds
+            )
             if outage.seconds is not None
-            else "to the end"
+            else _("to the end")
         )
         notes.append(
-            f"The session store could not be written from {clock_text(outage.at_s)} "
-            f"({outage.why}) {lasted}."
+            _("The session store could not be written from {at} ({why}) {lasted}.").format(
+                at=clock_text(outage.at_s), why=outage.why, lasted=lasted
+            )
         )
     if info.store_records_lost:
         notes.append(
-            f"{info.store_records_lost} records were let go meanwhile (more were waiting "
-            "than the doctor keeps in memory); the counts stay exact."
+            _(
+                "{n} records were let go meanwhile (more were waiting than the doctor keeps in "
+                "memory); the counts stay exact."
+            ).format(n=info.store_records_lost)
         )
     if info.output_log:
         n = info.output_rotations
@@ -401,71 +413,90 @@ def _notes(timeline: Timeline, w: Window) -> list[str]:
     notes = []
     if not timeline.facts and not timeline.steps:
         notes.append(
-            "The probe saw no torch in the job (it never imported torch, or ran Python with "
-            "-E/-I): host and GPU readings only."
+            _(
+                "The probe saw no torch in the job (it never imported torch, or ran Python with "
+                "-E/-I): host and GPU readings only."
+            )
         )
     elif not timeline.steps and not timeline.lost_step_rows():
-        notes.append("The job imported torch but ran no training step the probe could see.")
+        notes.append(_("The job imported torch but ran no training step the probe could see."))
     elif len(w.steady_steps) < 5:
-        notes.append(f"Only {w.total_steps} steps: too few for the step-based findings.")
+        notes.append(
+            _("Only {steps} steps: too few for the step-based findings.").format(
+                steps=w.total_steps
+            )
+        )
     lost = timeline.lost_step_rows()
     dropped = min(lost, sum(timeline.probe_dropped.values()))
     if dropped:
         notes.append(
-            f"{dropped} step timings were dropped by the probe while the doctor could not "
-            f"take them (it keeps up to {MAX_BUFFERED_STEPS:,} meanwhile): the counts are "
-            "exact, the step times are those of the others."
+            _(
+                "{n} step timings were dropped by the probe while the doctor could not take them "
+                "(it keeps up to {kept:,} meanwhile): the counts are exact, the step times are "
+                "those of the others."
+            ).format(n=dropped, kept=MAX_BUFFERED_STEPS)
         )
     if lost - dropped:
         notes.append(
-            f"{lost - dropped} step timings never reached the doctor (the job ended before "
-            "the probe could send them): the counts are exact, the step times are those of "
-            "the others."
+            _(
+                "{n} step timings never reached the doctor (the job ended before the probe could "
+                "send them): the counts are exact, the step times are those of the others."
+            ).format(n=lost - dropped)
         )
     limits = timeline.merged_facts().get("limits") or []
     for limit in limits:
-        notes.append(f"The probe measured less: {limit}.")
+        notes.append(_("The probe measured less: {limit}.").format(limit=limit))
     if timeline.remote_ranks:
         hosts = sorted({r.host or "?" for ranks in timeline.remote_ranks.values() for r in ranks})
         notes.append(
-            f"Ranks on other nodes ({', '.join(hosts)}) are as their doctors last sent them "
-            "through the job's rendezvous store, every 2 s while it ran: their counts may "
-            "fall short of their last steps."
+            _(
+                "Ranks on other nodes ({hosts}) are as their doctors last sent them through the "
+                "job's rendezvous store, every 2 s while it ran: their counts may fall short of "
+                "their last steps."
+            ).format(hosts=", ".join(hosts))
         )
     if timeline.bad_messages:
         notes.append(
-            f"{timeline.bad_messages} malformed messages on the probe socket were ignored."
+            _("{n} malformed messages on the probe socket were ignored.").format(
+                n=timeline.bad_messages
+            )
         )
     profile = timeline.merged_facts().get("profile")
     if profile:
         notes.append(
-            f"{profile.get('steps')} steps ran under torch.profiler (slower, and the table "
-            "was built in the job at the end): they are part of the step measures."
+            _(
+                "{steps} steps ran under torch.profiler (slower, and the table was built in the "
+                "job at the end): they are part of the step measures."
+            ).format(steps=profile.get("steps"))
         )
     if timeline.exit is None:
-        notes.append("The doctor stopped before the job ended: the record ends there.")
+        notes.append(_("The doctor stopped before the job ended: the record ends there."))
     return notes + _doctor_notes(timeline)
 
 
 def _watch_notes(timeline: Timeline, w: Window) -> list[str]:
     notes = [
-        f"Watched pid {timeline.watched_pid} from outside (no code in the job): GPU and "
-        "host readings are measured; the data wait, the step split and the step rate are "
-        "estimated from py-spy's samples of its main thread, and findings that rest on "
-        "them say confidence: estimated."
+        _(
+            "Watched pid {pid} from outside (no code in the job): GPU and host readings are "
+            "measured; the data wait, the step split and the step rate are estimated from "
+            "py-spy's samples of its main thread, and findings that rest on them say "
+            "confidence: estimated."
+        ).format(pid=timeline.watched_pid)
     ]
     facts = timeline.facts.get(timeline.watched_pid or -1, {})
     if not facts.get("stack_sampling"):
-        notes.append("No stack sampling (not a Python process): GPU and host readings only.")
+        notes.append(_("No stack sampling (not a Python process): GPU and host readings only."))
     elif not w.stack_total:
-        notes.append("py-spy returned no samples of the main thread: no step estimates.")
+        notes.append(_("py-spy returned no samples of the main thread: no step estimates."))
     elif not w.steps_per_s:
         notes.append(
-            "No training-loop counter (a local named step, i, it, ...) rose between "
-            "readings: the step rate is unknown."
+            _(
+                "No training-loop counter (a local named step, i, it, ...) rose between "
+                "readings: the step rate is unknown."
+            )
         )
     if timeline.exit is not None and timeline.exit.ended_by == "detached":
         notes.append(_("The doctor left; the job was left running, untouched."))
     elif timeline.exit is not None:
-        notes.append("The job ended while watched; its exit code is not visible from outside.")
+        notes.append(_("The job ended while watched; its exit code is not visible from outside."))
     return notes
