@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudoctor.diagnosis.remedies import CATALOGUE
+from gpudoctor.i18n import _
 from gpudoctor.prescribe.how import MAX_WORKERS, script_flag, suggested_value, suggested_workers
 from gpudoctor.probe import ENV_OVERRIDES
 
@@ -83,14 +84,17 @@ def plan(
 def _apply(remedy_id: str, t: Treatment, facts: dict[str, Any], cores: int) -> Treatment:
     if remedy_id not in CATALOGUE:
         known = ", ".join(sorted(CATALOGUE))
-        raise NotApplicable(f"unknown remedy {remedy_id!r} (known: {known})")
+        raise NotApplicable(
+            _("unknown remedy {remedy!r} (known: {known})").format(remedy=remedy_id, known=known)
+        )
     loaders = facts.get("dataloaders") or []
     loader = loaders[0] if loaders else {}
     needs_loader = remedy_id in ("more-workers", "pin-memory", "prefetch", "persistent-workers")
     if needs_loader and not loaders:
         raise NotApplicable(
-            f"{remedy_id} changes a DataLoader, and this job uses none: "
-            f"by hand, {CATALOGUE[remedy_id].snippet.splitlines()[0]}"
+            _("{remedy} changes a DataLoader, and this job uses none: by hand, {snippet}").format(
+                remedy=remedy_id, snippet=CATALOGUE[remedy_id].snippet.splitlines()[0]
+            )
         )
     why = _why(remedy_id, facts, cores, loader)
     found = script_flag(remedy_id, facts)
@@ -102,9 +106,15 @@ def _apply(remedy_id: str, t: Treatment, facts: dict[str, Any], cores: int) -> T
         if takes_value and value is None:
             value = current  # nothing to choose: only the flag's presence is known
         if remedy_id == "more-workers" and isinstance(current, int) and value <= current:
-            raise NotApplicable(f"the job already runs {current} workers ({why})")
+            raise NotApplicable(
+                _("the job already runs {n} workers ({why})").format(n=current, why=why)
+            )
         argv = _set_flag(list(t.argv), option.get("strings", [flag]), flag, value, takes_value)
-        change = f"{flag} {current!r} -> {value!r}" if takes_value else f"{flag} added"
+        change = (
+            f"{flag} {current!r} -> {value!r}"
+            if takes_value
+            else _("{flag} added").format(flag=flag)
+        )
         change = change.replace("'", "")
         return Treatment(
             tuple(argv), t.overrides, (*t.applied, Change(remedy_id, "flag", change, why))
@@ -117,18 +127,24 @@ def _apply(remedy_id: str, t: Treatment, facts: dict[str, Any], cores: int) -> T
             value = _loader_value(remedy_id, facts, cores)
             current = loader.get(key)
             if remedy_id == "more-workers" and isinstance(current, int) and value <= current:
-                raise NotApplicable(f"the DataLoader already has {current} workers ({why})")
+                raise NotApplicable(
+                    _("the DataLoader already has {n} workers ({why})").format(n=current, why=why)
+                )
             overrides.setdefault("dataloader", {})[key] = value
             if key in ("prefetch_factor", "persistent_workers") and not loader.get("num_workers"):
-                raise NotApplicable(f"{key} needs DataLoader workers: apply more-workers too")
+                raise NotApplicable(
+                    _("{key} needs DataLoader workers: apply more-workers too").format(key=key)
+                )
             change = f"DataLoader {key}={current!r} -> {value!r}"
         else:
             key, value, change = _switch(remedy_id, override, facts, cores, loader)
             overrides[key] = value
         return Treatment(t.argv, overrides, (*t.applied, Change(remedy_id, "probe", change, why)))
     raise NotApplicable(
-        f"{remedy_id} cannot be applied on a rerun of this job (no script flag for it, no "
-        f"in-process switch): by hand, {CATALOGUE[remedy_id].snippet.splitlines()[0]}"
+        _(
+            "{remedy} cannot be applied on a rerun of this job (no script flag for it, no "
+            "in-process switch): by hand, {snippet}"
+        ).format(remedy=remedy_id, snippet=CATALOGUE[remedy_id].snippet.splitlines()[0])
     )
 
 
@@ -152,29 +168,40 @@ def _switch(
         )  # fmt: skip
     if override == "autocast":
         if facts.get("autocast_seen"):
-            raise NotApplicable("the job already runs under autocast")
+            raise NotApplicable(_("the job already runs under autocast"))
         if device == "cuda" and capability and capability < BF16_CAPABILITY:
             raise NotApplicable(
-                f"bfloat16 needs compute capability 8.0 (this GPU: {capability[0]}."
-                f"{capability[1]}), and float16 needs a GradScaler in the training loop: "
-                f"by hand, {CATALOGUE[remedy_id].snippet.splitlines()[0]}"
+                _(
+                    "bfloat16 needs compute capability 8.0 (this GPU: {major}.{minor}), and "
+                    "float16 needs a GradScaler in the training loop: by hand, {snippet}"
+                ).format(
+                    major=capability[0],
+                    minor=capability[1],
+                    snippet=CATALOGUE[remedy_id].snippet.splitlines()[0],
+                )  # fmt: skip
             )
         return (
             "autocast", "bfloat16",
-            f"the model's forward under torch.autocast({device!r}, dtype=torch.bfloat16)",
+            _("the model's forward under torch.autocast({device!r}, dtype=torch.bfloat16)").format(
+                device=device
+            ),
         )  # fmt: skip
     if override == "compile":
         if facts.get("compiled"):
-            raise NotApplicable("the model is compiled already")
-        return "compile", True, "model.compile() (torch.compile of the root module, in place)"
+            raise NotApplicable(_("the model is compiled already"))
+        return "compile", True, _("torch.compile of the model's forward (the module left as it is)")
     if override == "matmul_precision":
         if device != "cuda" or (capability and capability < BF16_CAPABILITY):
             raise NotApplicable(
-                "TF32 runs on NVIDIA GPUs of compute capability 8.0 and later; this job "
-                f"computes on {device}{' ' + '.'.join(map(str, capability)) if capability else ''}"
+                _(
+                    "TF32 runs on NVIDIA GPUs of compute capability 8.0 and later; this job "
+                    "computes on {device}"
+                ).format(
+                    device=device + (" " + ".".join(map(str, capability)) if capability else "")
+                )
             )
         if (facts.get("flops") or {}).get("tf32_matmul"):
-            raise NotApplicable("the job's float32 matmuls use TF32 already")
+            raise NotApplicable(_("the job's float32 matmuls use TF32 already"))
         return "matmul_precision", "high", 'torch.set_float32_matmul_precision("high")'
     if override == "threads":
         threads = facts.get("intra_op_threads")
@@ -182,11 +209,22 @@ def _switch(
         value = max(1, cores - workers)
         if not workers or not isinstance(threads, int) or value >= threads:
             raise NotApplicable(
-                f"the training process runs {threads} intra-op threads beside {workers} "
-                f"loader workers on {cores} cores: none to give back"
+                _(
+                    "the training process runs {threads} intra-op threads beside {workers} "
+                    "loader workers on {cores} cores: none to give back"
+                ).format(threads=threads, workers=workers, cores=cores)
             )
-        return "threads", value, f"torch.set_num_threads({value}) (it runs {threads} threads now)"
-    raise NotApplicable(f"no in-process switch {override!r} for {remedy_id}")
+        return (
+            "threads", value,
+            _("torch.set_num_threads({value}) (it runs {threads} threads now)").format(
+                value=value, threads=threads
+            ),
+        )  # fmt: skip
+    raise NotApplicable(
+        _("no in-process switch {override!r} for {remedy}").format(
+            override=override, remedy=remedy_id
+        )
+    )
 
 
 def with_batch_size(argv: list[str], facts: dict[str, Any], size: int) -> Treatment:
@@ -220,11 +258,13 @@ def _why(remedy_id: str, facts: dict[str, Any], cores: int, loader: dict[str, An
         return ""
     world = int(facts.get("world_size") or 1)
     n = suggested_workers(facts, cores)
-    return (
-        f"{cores} cores the job may use / world size {world} = {cores // max(world, 1)}, "
-        f"at least 2, at most {MAX_WORKERS}: {n}; the loader has "
-        f"{loader.get('num_workers', 'unknown')} now"
-    )
+    return _(
+        "{cores} cores the job may use / world size {world} = {per_rank}, at least 2, at most "
+        "{most}: {n}; the loader has {now} now"
+    ).format(
+        cores=cores, world=world, per_rank=cores // max(world, 1), most=MAX_WORKERS, n=n,
+        now=loader.get("num_workers", _("unknown")),
+    )  # fmt: skip
 
 
 def _set_flag(
