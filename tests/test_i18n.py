@@ -193,3 +193,15 @@ def test_the_markdown_report_of_a_recorded_run_in_chinese() -> None:
     assert "1. **input-bound** (high): 训练在等待输入数据" in chinese
     assert "可能的原因：input-bound" in chinese
     assert re.findall(r"\*\*([a-z-]+)\*\*", chinese) == re.findall(r"\*\*([a-z-]+)\*\*", english)
+
+
+def test_bad_input_is_one_chinese_line_and_exit_2() -> None:
+    """--lang zh is taken before the arguments are parsed: their errors are Chinese too."""
+    for args, words in (
+        (("trial", "--lang", "zh", "--steps", "0", "--", "python", "x.py"), "必须是正数：'0'"),
+        (("fix", "--lang=zh"), "没有给出命令"),
+        (("fix", "--lang", "zh", "--report", "/tmp/x.txt", "--", "python", "x.py"), "结尾"),
+    ):
+        proc = doctor(*args)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and words in lines[0], proc.stderr

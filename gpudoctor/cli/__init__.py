@@ -10,7 +10,14 @@ from argparse import Namespace
 from collections.abc import Callable
 
 from gpudoctor import i18n
-from gpudoctor.cli.common import USAGE_ERROR, UsageError, lang_of, on_terminal
+from gpudoctor.cli.common import (
+    USAGE_ERROR,
+    UsageError,
+    default_lang,
+    lang_asked,
+    lang_of,
+    on_terminal,
+)
 
 # command -> (module of gpudoctor.cli, function): only the chosen one is imported
 COMMANDS = {
@@ -34,8 +41,10 @@ def main(argv: list[str] | None = None) -> int:
 
     args_list = sys.argv[1:] if argv is None else argv
     try:
+        # the language before anything is written for a person, bad input's words too
+        i18n.use(lang_asked(args_list) or default_lang())
         args = build_parser().parse_args(args_list)
-        i18n.use(lang_of(args))  # before anything is written for a person
+        i18n.use(lang_of(args))
         if args.command_name is None:
             if on_terminal():
                 from gpudoctor.cli.home import home

@@ -45,6 +45,18 @@ def default_lang() -> str:
     return "zh" if code.lower().startswith("zh") else "en"
 
 
+def lang_asked(argv: list[str]) -> str | None:
+    """`--lang X` (or `--lang=X`) among the doctor's own arguments (before the job's)."""
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            break
+        if arg == "--lang" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--lang="):
+            return arg.split("=", 1)[1]
+    return None
+
+
 def lang_of(args: argparse.Namespace) -> str:
     return getattr(args, "lang", None) or default_lang()
 
@@ -69,7 +81,9 @@ def command_of(args: argparse.Namespace, name: str) -> tuple[str, ...]:
         command = command[1:]
     if not command:
         raise UsageError(
-            f"gpudoctor {name}: no command given (usage: gpudoctor {name} [OPTIONS] -- CMD [ARGS...])"
+            _(
+                "gpudoctor {name}: no command given (usage: gpudoctor {name} [OPTIONS] -- CMD [ARGS...])"
+            ).format(name=name)
         )
     return tuple(command)
 
@@ -80,10 +94,18 @@ def report_path(args: argparse.Namespace, name: str, html: bool = False) -> Path
     if path is not None:
         kinds = (".json", ".md", ".html") if html else (".json", ".md")
         if path.suffix not in kinds:
-            said = ", ".join(kinds[:-1]) + f" or {kinds[-1]}"
-            raise UsageError(f"gpudoctor {name}: --report must end in {said}: {path}")
+            said = ", ".join(kinds[:-1]) + _(" or ") + kinds[-1]
+            raise UsageError(
+                _("gpudoctor {name}: --report must end in {kinds}: {path}").format(
+                    name=name, kinds=said, path=path
+                )
+            )
         if not path.parent.is_dir():
-            raise UsageError(f"gpudoctor {name}: no such folder for --report: {path.parent}")
+            raise UsageError(
+                _("gpudoctor {name}: no such folder for --report: {folder}").format(
+                    name=name, folder=path.parent
+                )
+            )
     return path
 
 

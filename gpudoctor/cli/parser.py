@@ -8,12 +8,15 @@ from typing import NoReturn
 
 from gpudoctor import __version__
 from gpudoctor.cli.common import UsageError
+from gpudoctor.i18n import _
 from gpudoctor.output_log import DEFAULT_MAX_MB
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+        raise UsageError(
+            _("{prog}: {message} (see {prog} --help)").format(prog=self.prog, message=message)
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -237,9 +240,11 @@ def _positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            _("not a whole number: {text!r}").format(text=text)
+        ) from None
     if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+        raise argparse.ArgumentTypeError(_("must be positive: {text!r}").format(text=text))
     return value
 
 
@@ -247,9 +252,9 @@ def _positive_float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        raise argparse.ArgumentTypeError(_("not a number: {text!r}").format(text=text)) from None
     if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+        raise argparse.ArgumentTypeError(_("must be positive: {text!r}").format(text=text))
     return value
 
 
@@ -264,5 +269,7 @@ def _age(text: str) -> float:
     except ValueError:
         value = -1.0
     if unit not in _AGE_UNITS or value <= 0:
-        raise argparse.ArgumentTypeError(f"not a time: {text!r} (e.g. 30d, 12h, 2w, 10m)")
+        raise argparse.ArgumentTypeError(
+            _("not a time: {text!r} (e.g. 30d, 12h, 2w, 10m)").format(text=text)
+        )
     return value * _AGE_UNITS[unit]
