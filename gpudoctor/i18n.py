@@ -1,7 +1,7 @@
 """The words the doctor writes for a person, in the person's language (issue 18).
 
 Python's convention: messages are marked in the code with `_()` (and `ngettext()` where
-English has a plural), extracted and compiled with Babel (scripts/i18n.sh), and read at
+English has a plural), extracted, merged and compiled with Babel (scripts/i18n.py), and read at
 run time by the standard library's `gettext` from the catalogue shipped in the package,
 `gpudoctor/locale/<lang>/LC_MESSAGES/gpudoctor.mo`. A message with numbers in it is
 marked with named fields and filled in after translation, the same way in every

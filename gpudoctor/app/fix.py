@@ -141,7 +141,7 @@ def fix(
                 high=hi,
                 verdict=verdict_words(comparison.verdict),
                 kept=_("kept") if step.kept else _("not kept"),
-            )  # fmt: skip
+            )
         )
         if step.kept and last is not None:
             kept.append(remedy)

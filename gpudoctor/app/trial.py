@@ -91,7 +91,7 @@ def trial(
                 rate=rate_words(arm),
                 wait=percent(arm.data_wait_fraction),
                 crowded=crowded,
-            )  # fmt: skip
+            )
         )
         return job
 

@@ -95,7 +95,7 @@ def _more_workers(w: Window, cores: int, workers: int) -> Prediction:
             wait=wait,
             spare=min(workers, spare),
             speed=HAND_OFF,
-        ),  # fmt: skip
+        ),
     )
 
 

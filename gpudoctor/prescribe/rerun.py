@@ -178,7 +178,7 @@ def _switch(
                     major=capability[0],
                     minor=capability[1],
                     snippet=CATALOGUE[remedy_id].snippet.splitlines()[0],
-                )  # fmt: skip
+                )
             )
         return (
             "autocast", "bfloat16",

@@ -48,7 +48,7 @@ def summary(report: Report) -> str:
             status=status_words(report),
             seconds=report.duration_s,
             counted=counted,
-        ),  # fmt: skip
+        ),
     ]
     if report.watched:
         line = "  " + _("from outside: {samples} stack samples of the main thread").format(
@@ -176,7 +176,7 @@ def markdown(report: Report) -> str:
                 used=_gib(g.mem_used_max_bytes),
                 total=_gib(g.mem_total_bytes),
                 power=g.power_mean_w,
-            )  # fmt: skip
+            )
         )
     if report.speed_of_light is not None:
         lines += [f"- {line}" for line in speed_words(report.speed_of_light)]
@@ -191,7 +191,7 @@ def markdown(report: Report) -> str:
                 cpu=h.cpu_mean_pct,
                 job=h.job_cpu_cores_mean,
                 iowait=h.iowait_mean_pct,
-            )  # fmt: skip
+            )
         )
     lines += ["", _("## Findings"), ""]
     if not report.findings:
@@ -302,7 +302,7 @@ def trial_text(r: TrialResult) -> str:
                 unit=unit_words(side.unit),
                 step=side.step_median_ms or 0,
                 wait=percent(side.data_wait_fraction),
-            )  # fmt: skip
+            )
         )
     lines.append(
         "  "
@@ -310,7 +310,7 @@ def trial_text(r: TrialResult) -> str:
             speedup=speedup_words(c),
             before=percent(b.data_wait_fraction),
             after=percent(t.data_wait_fraction),
-        )  # fmt: skip
+        )
     )
     if c.crowding is not None:
         lines.append(f"  {c.crowding.words()}")

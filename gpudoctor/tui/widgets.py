@@ -230,7 +230,7 @@ class JobPanel(Panel):
                     steps=s.steps_total,
                     p50=display.ms(s.step_p50_ms),
                     p90=display.ms(s.step_p90_ms),
-                )  # fmt: skip
+                )
             )
             # the rate leads the plot's line: appended to the line above, it would wrap
             # or not as the numbers move, and each change of height lays the screen out
@@ -264,7 +264,7 @@ class JobPanel(Panel):
                         score=slow.score,
                     ),
                     width,
-                ),  # fmt: skip
+                ),
                 "yellow" if slow.score >= 1.2 else "",
             )
         if s.host is not None:

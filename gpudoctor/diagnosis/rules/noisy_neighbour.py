@@ -77,7 +77,7 @@ def _cpu(w: Window) -> Finding | None:
             cores=cores,
             vm=vm,
             named=named,
-        )  # fmt: skip
+        )
         + own_words,
         remedies=("fewer-threads",) if own else (),
         estimated_gain=round(delay, 3),

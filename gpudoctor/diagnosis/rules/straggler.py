@@ -70,7 +70,7 @@ def evaluate(w: Window) -> Finding | None:
             waited=waited,
             share=waited / step_ms,
             faster=faster,
-        )  # fmt: skip
+        )
         + crowd,
         remedies=(),
         estimated_gain=round(1 - 1 / faster, 3),
