@@ -24,7 +24,6 @@ from gpudoctor.app.trial import (
     cores_of,
     rate_words,
     run_arm,
-    side_words,
 )
 from gpudoctor.diagnosis.engine import diagnose
 from gpudoctor.i18n import _
@@ -36,7 +35,7 @@ from gpudoctor.prescribe.rerun import NotApplicable, Treatment, plan
 from gpudoctor.prescribe.trial import Arm, Comparison
 from gpudoctor.prescribe.visit import FixResult, FixStep
 from gpudoctor.redact import redact_argv
-from gpudoctor.report.render import numerics_words, verdict_words, via_words
+from gpudoctor.report.render import numerics_words, side_words, verdict_words, via_words
 from gpudoctor.store import Store
 from gpudoctor.timeline import Timeline
 

@@ -25,7 +25,7 @@ from gpudoctor.prescribe.rerun import NotApplicable, Treatment, plan
 from gpudoctor.prescribe.trial import TRIAL_WARMUP_STEPS, Arm, Comparison, TrialResult, arm_of
 from gpudoctor.probe import ENV_OVERRIDES
 from gpudoctor.redact import redact_argv
-from gpudoctor.report.render import via_words
+from gpudoctor.report.render import side_words, via_words
 from gpudoctor.store import Store
 from gpudoctor.timeline import Timeline
 
@@ -263,11 +263,6 @@ def rate_words(arm: Arm) -> str:
     sps = arm.samples_per_s
     unit = _("samples/s") if arm.batch_size else _("steps/s")
     return f"{sps:.1f} {unit}" if sps else _("no rate")
-
-
-def side_words(side: str) -> str:
-    """A trial's side in words (baseline / treatment are the report's keys)."""
-    return {"baseline": _("baseline"), "treatment": _("treatment")}.get(side, side)
 
 
 def percent(value: float | None) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from gpudoctor.i18n import _
 from gpudoctor.model import HotspotChunk
 
 # Lines below this share are not named: at 10 Hz over a minute's sampling, 3% is about
@@ -24,6 +25,17 @@ MAX_LINES = 5  # per where (main, workers)
 MIN_SAMPLES = 40
 # The main thread inside the model: its time there is the model's, not the input's.
 IN_MODEL = ("forward", "backward", "optimizer")
+
+
+def state_words(state: str) -> str:
+    """A line's state ("busy" | "idle") in the person's language."""
+    return _("idle") if state == "idle" else _("busy")
+
+
+def whose_words(where: str, state: str) -> str:
+    """Whose time a line's share is, and its state: `of the main thread, idle`."""
+    words = _("of the main thread, {state}") if where == "main" else _("of the workers, {state}")
+    return words.format(state=state_words(state))
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gpudoctor.diagnosis.hotspots import whose_words
 from gpudoctor.i18n import _, ngettext
 from gpudoctor.prescribe.batch_size import SAFETY_MARGIN, Found
 from gpudoctor.prescribe.predict import Prediction
@@ -14,9 +15,10 @@ from gpudoctor.prescribe.trial import Comparison, TrialResult
 from gpudoctor.prescribe.visit import FixResult, FixStep
 from gpudoctor.redact import redact_argv, redact_text
 from gpudoctor.report.values import SCHEMA, HotspotLine, Json, Profile, Report, StepMeasures
-from gpudoctor.units import cell_width, flop_text, ms_text, rate_text
+from gpudoctor.units import cell_width, flop_text, ms_text, pad, rate_text
 
 SUMMARY_OPERATORS = 8  # profile rows in the printed summary (all in Markdown)
+SIDE_COLUMNS = 9  # a trial's two sides, named in a column ("baseline", "treatment")
 
 
 def status_words(report: Report) -> str:
@@ -144,13 +146,8 @@ def hotspot_source(report: Report) -> str:
 
 def hotspot_words(h: HotspotLine) -> str:
     """`42% of the main thread, idle  train.py:42 (<module>)  time.sleep(0.02)`"""
-    whose = (
-        _("{share:>4.0%} of the main thread, {state}")
-        if h.where == "main"
-        else _("{share:>4.0%} of the workers, {state}")
-    ).format(share=h.share, state=_("idle") if h.state == "idle" else _("busy"))
     code = f"  {h.code}" if h.code else ""
-    return f"{whose}  {h.place} ({h.function}){code}"
+    return f"{h.share:>4.0%} {whose_words(h.where, h.state)}  {h.place} ({h.function}){code}"
 
 
 def markdown(report: Report) -> str:
@@ -293,11 +290,11 @@ def trial_text(r: TrialResult) -> str:
                 span=r.predicted.words(), basis=r.predicted.basis
             )
         )
-    for side, name in ((b, _("baseline ")), (t, _("treatment"))):
+    for side, name in ((b, "baseline"), (t, "treatment")):
         lines.append(
             "  "
             + _("{side} {rate:.1f} {unit}, step {step:.1f} ms median, data wait {wait}").format(
-                side=name,
+                side=pad(side_words(name), SIDE_COLUMNS),
                 rate=round(side.samples_per_s, 2),
                 unit=unit_words(side.unit),
                 step=side.step_median_ms or 0,
@@ -337,6 +334,11 @@ def verdict_words(verdict: str) -> str:
         "no better than noise": _("no better than noise"),
         "crashed": _("crashed"),
     }.get(verdict, verdict)
+
+
+def side_words(side: str) -> str:
+    """A trial's side in words (baseline / treatment are the report's keys)."""
+    return {"baseline": _("baseline"), "treatment": _("treatment")}.get(side, side)
 
 
 def via_words(via: str) -> str:

@@ -15,7 +15,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Static
 
 from gpudoctor import display, guide
-from gpudoctor.diagnosis.hotspots import Hotspots
+from gpudoctor.diagnosis.hotspots import Hotspots, whose_words
 from gpudoctor.diagnosis.ranks import RankMeasure
 from gpudoctor.diagnosis.remedies import CATALOGUE
 from gpudoctor.i18n import _
@@ -147,16 +147,8 @@ def hotspot_text(spots: Hotspots) -> Text:
         "bold",
     )
     for h in spots.lines:
-        state = _("idle") if h.state == "idle" else _("busy")
         text.append(f"\n{h.share:>4.0%} ", "bold")
-        text.append(
-            (
-                _("of the main thread, {state}")
-                if h.where == "main"
-                else _("of the workers, {state}")
-            ).format(state=state)
-            + "  "
-        )
+        text.append(whose_words(h.where, h.state) + "  ")
         text.append(f"{h.place}", "cyan")
         text.append(_(" in {function}").format(function=h.function))
         if h.code:

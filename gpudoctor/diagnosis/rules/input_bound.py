@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpudoctor.diagnosis.hotspots import Hotspot
+from gpudoctor.diagnosis.hotspots import Hotspot, state_words
 from gpudoctor.diagnosis.window import Window
 from gpudoctor.i18n import _
 from gpudoctor.model import Finding, Severity
@@ -189,7 +189,7 @@ def _named_lines(w: Window) -> str:
     if main:
         said = _(" and ").join(
             _("{share:.0%} {state} at {line}").format(
-                share=h.share, state=_("idle") if h.state == "idle" else _("busy"), line=_line(h)
+                share=h.share, state=state_words(h.state), line=_line(h)
             )
             for h in main
         )
