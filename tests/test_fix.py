@@ -13,7 +13,7 @@ from conftest import PY, SAMPLES, doctor
 
 from gpudoctor.prescribe.edits import loader_diff
 
-pytestmark = [pytest.mark.serial, pytest.mark.timeout(400)]
+pytestmark = pytest.mark.timeout(400)
 
 # the loader-bound job: each sample waits 2 ms for storage and decodes in ~0.3 ms, no
 # workers; more workers overlap the waits (sleeps), on a busy 2-core machine too

@@ -113,7 +113,6 @@ while True:
 """
 
 
-@pytest.mark.serial  # brings busy processes of its own
 def test_the_reader_sees_the_job_wait_for_cores_others_take_and_names_them() -> None:
     """Two busy processes outside the job on this 2-core machine: the job's threads wait
     for a core (the kernel's run-queue delay) and the reader names who keeps them busy.

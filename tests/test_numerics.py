@@ -27,9 +27,6 @@ from gpudoctor.prescribe.visit import FixStep
 from gpudoctor.report.render import numerics_words
 from gpudoctor.store import Store, default_path
 
-# measures speedups against the job's own baseline: alone on the machine (scripts/test.sh)
-pytestmark = pytest.mark.serial
-
 # A small regression trained on fixed data (seeded): each step prints nothing; at the end
 # the script prints what it saw of the overrides and its own losses, and saves the model
 # whole (pickling must not meet anything of the probe's).

@@ -40,7 +40,6 @@ def test_the_healthy_job_has_no_medium_or_high_finding(tmp_path: Path) -> None:
     assert report["steps"]["data_wait_fraction"] < 0.05
 
 
-@pytest.mark.serial  # brings busy processes of its own
 def test_beside_busy_processes_the_doctor_names_them(tmp_path: Path) -> None:
     """The healthy job (two compute threads on this 2-core machine) beside two processes
     that keep a core busy each: its threads wait for cores, and noisy-neighbour says so
@@ -57,7 +56,6 @@ def test_beside_busy_processes_the_doctor_names_them(tmp_path: Path) -> None:
     assert found["noisy-neighbour"]["remedies"] == [] and "adds to it" not in evidence
 
 
-@pytest.mark.serial  # brings busy processes of its own
 def test_beside_a_busy_process_a_job_that_oversubscribes_is_offered_fewer_threads(
     tmp_path: Path,
 ) -> None:
