@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from gpudoctor.diagnosis.ranks import RankMeasure
 from gpudoctor.i18n import _
 from gpudoctor.model import GpuSample, HostSample
-from gpudoctor.units import cell_width
+from gpudoctor.units import cell_width, pad
 
 NA = "N/A"
 
@@ -228,29 +228,46 @@ def split_label(key: str) -> str:
     return words.get(key, key)
 
 
-RANK_HEADER = "rank  step p50  data wait  own work  comm wait  GPU"
+RANK_WIDTHS = (4, 8, 9, 8, 9, 4)  # the columns of a rank's line, in terminal columns
+
+
+def rank_columns() -> list[int]:
+    """The columns' widths: as wide as their names in the person's language."""
+    return [max(w, cell_width(n)) for n, w in zip(rank_names(), RANK_WIDTHS, strict=True)]
+
+
+def rank_names() -> tuple[str, ...]:
+    return (_("rank"), _("step p50"), _("data wait"), _("own work"), _("comm wait"), "GPU")
+
+
+def rank_header() -> str:
+    """`rank  step p50  data wait  own work  comm wait  GPU`, the names over their columns."""
+    *names, last = rank_names()
+    cells = [pad(n, w, right=True) for n, w in zip(names, rank_columns(), strict=False)]
+    return "  ".join([*cells, last])
 
 
 def rank_rows(ranks: Sequence[RankMeasure], room: int) -> list[str]:
     """One line a rank (rank, step p50, data wait, own work, comm wait, the GPU util of
     its device), in rank order; more ranks than `room` lines: the slowest by own work,
     one line for those between, and the fastest."""
+    widths = rank_columns()
 
     def row(r: RankMeasure) -> str:
         name = str(r.rank) if r.rank is not None else f"pid {r.pid}"
         device = r.gpu_util_pct  # its node's doctor read it (another node's: sent)
-        return (
-            f"{name:>4}  {ms(r.median_ms):>8}  {pct(r.data_wait_fraction * 100):>9}  "
-            f"{ms(r.own_ms):>8}  {ms(r.comm_wait_ms):>9}  {pct(device):>4}"
-        )
+        cells = (
+            name, ms(r.median_ms), pct(r.data_wait_fraction * 100), ms(r.own_ms),
+            ms(r.comm_wait_ms), pct(device),
+        )  # fmt: skip
+        return "  ".join(pad(c, w, right=True) for c, w in zip(cells, widths, strict=True))
 
     if len(ranks) <= room:
         return [row(r) for r in ranks]
     by_own = sorted(ranks, key=lambda r: r.own_ms, reverse=True)
     slowest, middle, fastest = by_own[: room - 2], by_own[room - 2 : -1], by_own[-1]
-    between = (
-        f"  ... {len(middle)} ranks with own work from {ms(middle[-1].own_ms)} to "
-        f"{ms(middle[0].own_ms)}"
+    between = "  " + _("... {n} ranks with own work from {low} to {high}").format(
+        n=len(middle), low=ms(middle[-1].own_ms), high=ms(middle[0].own_ms)
     )
     return [row(r) for r in slowest] + [between, row(fastest)]
 

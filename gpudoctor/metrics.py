@@ -24,6 +24,7 @@ from prometheus_client import start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from gpudoctor.i18n import _
 from gpudoctor.snapshot import Snapshot
 
 DEFAULT_HOST = "127.0.0.1"  # off the network unless asked: --metrics 0.0.0.0:PORT
@@ -35,14 +36,16 @@ class MetricsError(Exception):
 
 def parse_address(text: str) -> tuple[str, int]:
     """`PORT` or `HOST:PORT` (HOST defaults to 127.0.0.1); MetricsError when not."""
-    host, _, port = text.rpartition(":")
+    host, _sep, port = text.rpartition(":")
     host = host.strip("[]") or DEFAULT_HOST
     try:
         number = int(port)
     except ValueError:
-        raise MetricsError(f"--metrics wants [HOST:]PORT, not {text!r}") from None
+        raise MetricsError(
+            _("--metrics wants [HOST:]PORT, not {text!r}").format(text=text)
+        ) from None
     if not 0 < number < 65536:
-        raise MetricsError(f"--metrics: no such port: {number}")
+        raise MetricsError(_("--metrics: no such port: {number}").format(number=number))
     return host, number
 
 
@@ -196,5 +199,9 @@ def serve(address: str) -> RunCollector:
     try:
         start_http_server(port, host, registry=registry)
     except OSError as exc:
-        raise MetricsError(f"cannot serve --metrics on {host}:{port}: {exc.strerror}") from None
+        raise MetricsError(
+            _("cannot serve --metrics on {host}:{port}: {why}").format(
+                host=host, port=port, why=exc.strerror
+            )
+        ) from None
     return collector

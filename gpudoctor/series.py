@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from gpudoctor.diagnosis.engine import diagnose
 from gpudoctor.diagnosis.window import WARMUP_STEPS, Window, percentile
+from gpudoctor.i18n import _
 from gpudoctor.model import StepRecord
 from gpudoctor.timeline import RECENT_SAMPLES, RECENT_STEPS, Timeline
 
@@ -33,14 +34,20 @@ POINTS = 120  # intervals across the run: a chart's width has room for about thi
 # percent of all of theirs, less than a plot's row (a twelfth of its height)
 STEPS_AN_INTERVAL = 256
 LOOKS = 24  # moments at which the rules are run to say when a finding was first seen
-# window.split()'s parts, in the order a step goes, and their names on a plot
-SPLIT_LABELS = {
-    "data_wait": "data wait",
-    "forward": "forward",
-    "backward": "backward",
-    "optimizer": "optimizer",
-    "other": "other",
-}
+# window.split()'s parts, in the order a step goes
+SPLIT_PARTS = ("data_wait", "forward", "backward", "optimizer", "other")
+
+
+def split_labels() -> dict[str, str]:
+    """SPLIT_PARTS' names on a plot, in the language chosen."""
+    return {
+        "data_wait": _("data wait"),
+        "forward": _("forward"),
+        "backward": _("backward"),
+        "optimizer": _("optimizer"),
+        "other": _("other"),
+    }
+
 
 Point = tuple[float, float]  # (seconds since the start, value)
 T = TypeVar("T")
@@ -73,17 +80,29 @@ class RunSeries:
     def empty(self) -> bool:
         return not (self.step_p50_ms or self.gpu_util_pct or self.cpu_pct)
 
-    def markers(self) -> list[tuple[str, float]]:
-        """Every marker inside the stretch drawn, as (label, seconds), in time order."""
-        out = [(f"{id_} first seen", at) for id_, at in self.first_seen_s.items()]
-        out += [("profile", at) for at in self.profiles_s]
-        out += [("out of memory", at) for at in self.ooms_s]
+    def markers(self) -> list[tuple[str, str, float]]:
+        """Every marker inside the stretch drawn, as (kind, finding id or "", seconds), in
+        time order; kind: "seen" (a finding first raised), "profile", "oom", "ended"."""
+        out = [("seen", id_, at) for id_, at in self.first_seen_s.items()]
+        out += [("profile", "", at) for at in self.profiles_s]
+        out += [("oom", "", at) for at in self.ooms_s]
         if self.ended_at_s is not None:
-            out.append(("job ended" if self.ended_by != "oom" else "ended: OOM", self.ended_at_s))
+            out.append(("ended" if self.ended_by != "oom" else "ended-oom", "", self.ended_at_s))
         return sorted(
-            ((label, at) for label, at in out if self.since_s <= at <= self.until_s + 0.5),
-            key=lambda m: m[1],
+            (m for m in out if self.since_s <= m[2] <= self.until_s + 0.5), key=lambda m: m[2]
         )
+
+
+def marker_words(kind: str, ids: str = "") -> str:
+    """A marker in words: `ids`, the findings first raised there (one or more)."""
+    if kind == "seen":
+        return _("{ids} first seen").format(ids=ids)
+    return {
+        "profile": _("profile"),
+        "oom": _("out of memory"),
+        "ended": _("job ended"),
+        "ended-oom": _("ended: OOM"),
+    }.get(kind, kind)
 
 
 def run_series(
@@ -150,10 +169,10 @@ def run_series(
         )
     for i, taken_h in sorted(host.items()):
         x = middle(i)
-        out.cpu_pct.append((x, round(statistics.fmean(c for c, _, _ in taken_h), 1)))
-        out.job_cpu_cores.append((x, round(statistics.fmean(j for _, j, _ in taken_h), 2)))
-        for core in range(max(len(per) for _, _, per in taken_h)):
-            values = [per[core] for _, _, per in taken_h if core < len(per)]
+        out.cpu_pct.append((x, round(statistics.fmean(c for c, _j, _p in taken_h), 1)))
+        out.job_cpu_cores.append((x, round(statistics.fmean(j for _c, j, _p in taken_h), 2)))
+        for core in range(max(len(per) for _c, _j, per in taken_h)):
+            values = [per[core] for _c, _j, per in taken_h if core < len(per)]
             out.cpu_core_pct.setdefault(core, []).append((x, round(statistics.fmean(values), 1)))
     # a compacted stretch's points came first: all in time order
     for line in (out.step_p50_ms, out.step_p90_ms, out.steps_per_s, out.data_wait_pct):

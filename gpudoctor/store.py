@@ -22,6 +22,7 @@ import psutil
 
 from gpudoctor.compaction import KINDS, PASS_RECORDS, Compactor, apply_rollup
 from gpudoctor.diagnosis.ranks import RankSummary
+from gpudoctor.i18n import _
 from gpudoctor.model import (
     CpuPeak,
     GpuProcess,
@@ -160,16 +161,20 @@ class Store:
             if version > SCHEMA_VERSION:
                 self.db.close()
                 raise StoreError(
-                    f"the session store {path} was written by a newer gpudoctor (store layout "
-                    f"{version}; this one reads up to {SCHEMA_VERSION}): upgrade gpudoctor, "
-                    "or record elsewhere with --store PATH"
+                    _(
+                        "the session store {path} was written by a newer gpudoctor (store "
+                        "layout {version}; this one reads up to {known}): upgrade gpudoctor, "
+                        "or record elsewhere with --store PATH"
+                    ).format(path=path, version=version, known=SCHEMA_VERSION)
                 )
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.executescript(SCHEMA)
             self._migrate(version)
         except (sqlite3.Error, OSError) as exc:
-            raise StoreError(f"cannot use the session store {path}: {exc}") from None
+            raise StoreError(
+                _("cannot use the session store {path}: {why}").format(path=path, why=exc)
+            ) from None
         self._pending: list[tuple[int, int, str, str]] = []
         self.trouble: str | None = None  # why the last commit failed, while it fails
         self.lost = 0  # records let go while the store could not be written
@@ -225,7 +230,11 @@ class Store:
                     return self.db.execute(sql, params)
             except sqlite3.Error as exc:
                 if time.monotonic() >= deadline:
-                    raise StoreError(f"cannot write the session store {self.path}: {exc}") from None
+                    raise StoreError(
+                        _("cannot write the session store {path}: {why}").format(
+                            path=self.path, why=exc
+                        )
+                    ) from None
             time.sleep(0.25)
 
     def add(self, session_id: int, kind: str, t_mono_ns: int, data: Any) -> None:
@@ -290,9 +299,11 @@ class Store:
             if time.monotonic() >= deadline:
                 unsaved = self.unsaved + self.lost
                 raise StoreError(
-                    f"the session store {self.path} could not be written ({self.trouble}): "
-                    f"session {session_id} stays incomplete there, {unsaved} records missing"
-                    " (the report above is whole)"
+                    _(
+                        "the session store {path} could not be written ({why}): session {id} "
+                        "stays incomplete there, {unsaved} records missing (the report above "
+                        "is whole)"
+                    ).format(path=self.path, why=self.trouble, id=session_id, unsaved=unsaved)
                 )
             time.sleep(0.5)
 
@@ -312,7 +323,9 @@ class Store:
                 " FROM sessions ORDER BY id DESC"
             ).fetchall()
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot read the session store {self.path}: {exc}") from None
+            raise StoreError(
+                _("cannot read the session store {path}: {why}").format(path=self.path, why=exc)
+            ) from None
         out = []
         for row in rows:
             sid, started, command, exit_json, summary_json, start_ns, end_ns = row[:7]
@@ -347,14 +360,18 @@ class Store:
             ).fetchone()
             if row is None:
                 raise StoreError(
-                    f"no session {session_id} in {self.path} (see `gpudoctor history`)"
+                    _("no session {id} in {path} (see `gpudoctor history`)").format(
+                        id=session_id, path=self.path
+                    )
                 )
             command, started, start_ns, gpu_reason, hostname = row
             timeline = Timeline(
                 json.loads(command), started, start_ns, gpu_reason=gpu_reason, hostname=hostname
             )
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot read the session store {self.path}: {exc}") from None
+            raise StoreError(
+                _("cannot read the session store {path}: {why}").format(path=self.path, why=exc)
+            ) from None
         return timeline, self.follow(session_id, timeline, 0)
 
     def follow(self, session_id: int, timeline: Timeline, after_id: int) -> int:
@@ -376,7 +393,9 @@ class Store:
                 "SELECT end_mono_ns, exit_json FROM sessions WHERE id=?", (session_id,)
             ).fetchone()
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot read the session store {self.path}: {exc}") from None
+            raise StoreError(
+                _("cannot read the session store {path}: {why}").format(path=self.path, why=exc)
+            ) from None
         timeline.end_mono_ns = end_ns
         if exit_json:
             timeline.exit = JobExit(**json.loads(exit_json))
@@ -396,7 +415,9 @@ class Store:
                 )
                 self.db.executemany("DELETE FROM sessions WHERE id=?", ids)
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot prune the session store {self.path}: {exc}") from None
+            raise StoreError(
+                _("cannot prune the session store {path}: {why}").format(path=self.path, why=exc)
+            ) from None
         if ids:  # shrinking waits for no one: a doctor writing now keeps it for later
             with contextlib.suppress(sqlite3.Error):
                 self.db.execute("VACUUM")
@@ -442,7 +463,9 @@ class Store:
                 (session_id, kind),
             ).fetchall()
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot read the session store {self.path}: {exc}") from None
+            raise StoreError(
+                _("cannot read the session store {path}: {why}").format(path=self.path, why=exc)
+            ) from None
         return [json.loads(data) for (data,) in rows]
 
     def counted_steps(self, session_id: int) -> int | None:
@@ -455,7 +478,9 @@ class Store:
                 (session_id,),
             ).fetchall()
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot read the session store {self.path}: {exc}") from None
+            raise StoreError(
+                _("cannot read the session store {path}: {why}").format(path=self.path, why=exc)
+            ) from None
         return sum(int(steps) for _, steps in rows) if rows else None
 
 

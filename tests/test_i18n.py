@@ -205,3 +205,154 @@ def test_bad_input_is_one_chinese_line_and_exit_2() -> None:
         proc = doctor(*args)
         lines = proc.stderr.strip().splitlines()
         assert proc.returncode == 2 and len(lines) == 1 and words in lines[0], proc.stderr
+
+
+# A message left in English shows as two or more English words in a row; what may stay
+# so on a Chinese screen: the column names nvidia-smi and top use, a class the reader
+# types as it is, a command, NVIDIA's name for its units, NVML's own error (quoted in
+# brackets after the doctor's words), and Textual's own command-palette key (code on a
+# page, in <code> and <pre>, is code).
+ENGLISH_WORDS = re.compile(r"(?<![\w./-])[A-Za-z][A-Za-z'’]*(?: [A-Za-z][A-Za-z'’]*)+(?![\w/(-])")
+KEPT_AS_THEY_ARE = {
+    "GPU mem", "disk r", "DataLoader worker", "gpudoctor trial", "p palette", "Tensor Core",
+    "NVML Shared Library Not Found",
+}  # fmt: skip
+
+
+def english_left(text: str) -> set[str]:
+    """Runs of English words in `text` (tags and styles of a page taken out first)."""
+    text = re.sub(r"<(style|script|code|pre)\b.*?</\1>", " ", text, flags=re.S)
+    text = re.sub(r"<[^>]+>", " ", text)
+    return set(ENGLISH_WORDS.findall(text)) - KEPT_AS_THEY_ARE
+
+
+def test_the_detector_finds_an_english_message() -> None:
+    """The check below catches what it is for: an English title, a two-word label."""
+    assert english_left("每步耗时 last minute  <h2>Trial result</h2> 0 s") == {
+        "last minute", "Trial result",
+    }  # fmt: skip
+    assert english_left("<code>x</code> <svg><style>a b c</style></svg> 全部") == set()
+
+
+@pytest.mark.parametrize(
+    ("session", "size"),
+    [("gpu_session_dataloader_bound", (80, 24)), ("cpu_session_dataloader_bound", (160, 45))],
+)
+def test_every_screen_of_the_tui_in_chinese(session: str, size: tuple[int, int]) -> None:
+    """Each screen a key opens over a recorded run (the dashboard, help, the plots, the
+    ranks, the job's output, a finding, the guide): Chinese throughout, nothing wider
+    than the terminal; in English the same screens read in English."""
+    screens = {}
+    for lang in ("zh", "en"):
+        proc = subprocess.run(
+            [PY, str(ROOT / "tests" / "tui_screens.py"), lang,
+             str(ROOT / "tests" / "fixtures" / f"{session}.json.gz"), *map(str, size)],
+            capture_output=True, text=True, timeout=120, cwd=ROOT,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        # Plotext's words carry a zero-width space after each CJK character (tui/plots.py)
+        screens[lang] = {k: v.replace("\u200b", "") for k, v in json.loads(proc.stdout).items()}
+    assert set(screens["zh"]) == {
+        "dashboard", "help", "plots", "ranks", "output", "finding", "guide",
+    }  # fmt: skip
+    for name, shown in screens["zh"].items():
+        assert CJK.search(shown), (name, shown)
+        assert not english_left(shown), (name, english_left(shown), shown)
+        assert all(cell_width(line) <= size[0] for line in shown.splitlines()), (name, shown)
+    # the detector would see English: the same screens in English are full of it
+    assert all(len(english_left(shown)) >= 2 for shown in screens["en"].values()), screens["en"]
+    assert "整个运行" in screens["zh"]["plots"] and "自开始起" in screens["zh"]["plots"]
+
+
+def test_the_html_page_its_charts_trial_and_tune_in_chinese(tmp_path: Path) -> None:
+    """The run's page with its charts (titles, axes, legends, markers) and a trial's and a
+    batch-size search's parts, and a comparison's page: Chinese throughout."""
+    from conftest import load_recorded_session
+
+    from gpudoctor.prescribe.batch_size import Try, search
+    from gpudoctor.report.build import build
+    from gpudoctor.report.html import compare_page, page
+    from gpudoctor.series import run_series
+
+    amp = Change("amp", "probe", "autocast")
+    base = [arm([0.02] * 40, (2.3,) * 40)]
+    fast = [arm([0.01] * 40, (2.31,) * 40)]
+
+    def try_size(n: int) -> Try:
+        if n <= 36:
+            return Try(n, True, "fits", 30.0 * n, n * 2**25)
+        reason = {64: "oom", 48: "crashed (exit code 1)"}.get(n, "over safety margin")
+        return Try(n, False, reason, None, None)
+
+    pages = {}
+    for lang in ("en", "zh"):
+        i18n.use(lang)
+        trial = TrialResult(
+            Comparison.of(base, fast), (amp,), ("python", "t.py"), ("python", "t.py"),
+            "python t.py", steps_per_run=40, repeat=1,
+            predicted=Prediction(1.2, 2.0, "x"),
+        ).to_dict()  # fmt: skip
+        tune = {
+            **search(32, try_size).as_dict(),
+            "sessions": {"32": 3, "64": 4},
+            "command": ["python", "t.py"],
+        }
+        timeline = load_recorded_session("dataloader_bound")
+        series = run_series(timeline)
+        pages[lang] = page(build(timeline, 7, lang), series, [trial], [tune])
+        pages[lang + "-compare"] = compare_page("x", [(7, series), (8, series)])
+    for name in ("zh", "zh-compare"):
+        assert '<html lang="zh">' in pages[name]
+        assert not english_left(pages[name]), (name, english_left(pages[name]))
+    assert "每步耗时" in pages["zh"] and "自开始起的秒数" in pages["zh"]
+    assert "试验" in pages["zh"] and "批大小搜索" in pages["zh"] and "首次出现" in pages["zh"]
+    assert len(english_left(pages["en"])) > 10 and len(english_left(pages["en-compare"])) > 3
+
+
+def test_the_ranks_and_the_profile_in_chinese_line_up_by_display_width() -> None:
+    from test_tui import ddp_timeline
+
+    from gpudoctor.diagnosis.ranks import rank_measures
+    from gpudoctor.display import rank_header, rank_rows
+    from gpudoctor.tui.screens import profile_text
+
+    i18n.use("zh")
+    ranks = rank_measures(ddp_timeline(12, slow_rank=5).window())
+    lines = [rank_header(), *rank_rows(ranks, room=6)]
+    assert CJK.search(lines[0]) and "另有 7 个 rank" in lines[-2], lines
+    # each row's last cell (4 columns, the GPU's util) starts where the header's GPU does
+    gpu_at = cell_width(lines[0][: lines[0].index("GPU")])
+    rows = [line for line in lines[1:] if "另有" not in line]
+    assert len(rows) == 5 and {cell_width(row) - 4 for row in rows} == {gpu_at}, lines
+    profile = {
+        "steps": 20, "sort": "cpu", "trace": "/tmp/t.json",
+        "operators": [{"name": "aten::addmm", "calls": 60, "self_cpu_time_total_us": 1234.0}],
+    }  # fmt: skip
+    shown = profile_text(profile).plain
+    assert "按自身 CPU 时间排列的主要算子" in shown and not english_left(shown), shown
+
+
+def test_help_and_errors_from_below_the_command_line_in_chinese() -> None:
+    """`--help` (argparse's own words too) wrapped by display width, and the errors of the
+    layers under the command line (the store, the launch) in one Chinese line."""
+    env = {**os.environ, "COLUMNS": "80"}
+    chinese = {**env, "LANG": "zh_CN.UTF-8", "LC_ALL": "", "LANGUAGE": ""}
+    for args, where in ((("--help",), chinese), (("trial", "--lang", "zh", "--help"), env)):
+        proc = doctor(*args, env=where)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.startswith("用法：gpudoctor") and "选项" in proc.stdout, proc.stdout
+        assert "显示本帮助并退出" in proc.stdout, proc.stdout
+        assert all(cell_width(line) <= 80 for line in proc.stdout.splitlines()), proc.stdout
+        assert not english_left(proc.stdout) - {"B T T B"}, english_left(proc.stdout)
+    usage = doctor("trial", "--lang", "zh", "--help", env=env).stdout.splitlines()
+    # the usage's second line under its first's options, though 用法： takes two columns a
+    # character
+    assert cell_width(usage[0][: usage[0].index("[-h]")]) == usage[1].index("["), usage
+    for argv, code, words in (
+        (("report", "999", "--lang", "zh"), 2, "中没有会话 999"),
+        (("run", "--headless", "--lang", "zh", "--", "/no/such/command"), 127, "找不到命令"),
+    ):
+        proc = doctor(*argv)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == code and words in lines[-1], proc.stderr
+        assert "Traceback" not in proc.stderr

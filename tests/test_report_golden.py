@@ -1,6 +1,7 @@
 """The report's forms are a contract: for every recorded session in tests/fixtures/, the
-JSON, the Markdown and the printed summary are what the doctor wrote on 2026-11-30
-(tests/fixtures/reports/), byte for byte, in English and Chinese."""
+JSON, the Markdown and the printed summary are what the doctor wrote (tests/fixtures/
+reports/), byte for byte: in English as on 2026-11-30, in Chinese as on 2026-12-02 (when
+its words became Chinese throughout, issue 18)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES, load_session_file
 
+from gpudoctor import i18n
 from gpudoctor.report.build import build
 from gpudoctor.report.render import markdown, summary
 
@@ -20,10 +22,15 @@ GOLDEN = FIXTURES / "reports"
 @pytest.mark.parametrize("path", SESSIONS, ids=lambda p: p.name.split(".")[0])
 def test_the_report_reads_as_it_did(path: Path, lang: str) -> None:
     name = path.name[: -len(".json.gz")]
-    report = build(load_session_file(path), 7, lang)
-    assert report.to_json() == (GOLDEN / f"{name}.{lang}.json").read_text(encoding="utf-8")
-    assert markdown(report) == (GOLDEN / f"{name}.{lang}.md").read_text(encoding="utf-8")
-    assert summary(report) == (GOLDEN / f"{name}.{lang}.txt").read_text(encoding="utf-8")
+    i18n.use(lang)
+    try:
+        report = build(load_session_file(path), 7, lang)
+        written = (report.to_json(), markdown(report), summary(report))
+    finally:
+        i18n.use("en")
+    assert written[0] == (GOLDEN / f"{name}.{lang}.json").read_text(encoding="utf-8")
+    assert written[1] == (GOLDEN / f"{name}.{lang}.md").read_text(encoding="utf-8")
+    assert written[2] == (GOLDEN / f"{name}.{lang}.txt").read_text(encoding="utf-8")
 
 
 def test_there_is_a_run_a_watch_and_gpu_sessions_among_them() -> None:

@@ -16,9 +16,6 @@ import gpudoctor.prescribe.trial as trial_stats
 from gpudoctor.prescribe.rerun import NotApplicable, plan
 from gpudoctor.prescribe.trial import Arm, Comparison, speedup, t975, verdict
 
-# measures speedups against the job's own baseline: alone on the machine (scripts/test.sh)
-pytestmark = pytest.mark.serial
-
 
 def trial(tmp_path: Path, *args: str, name: str = "trial") -> tuple[Any, dict[str, Any]]:
     report = tmp_path / f"{name}.json"

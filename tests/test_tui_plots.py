@@ -24,7 +24,7 @@ from gpudoctor.tui.plots import (
     HistoryStrip,
     PlotsScreen,
     RunPlot,
-    marker_words,
+    markers_legend,
     numbered_markers,
     time_ticks,
 )
@@ -290,7 +290,7 @@ def test_markers_at_one_place_share_a_number() -> None:
         (3, "profile", 70.0),
         (4, "job ended", 99.0),
     ]
-    assert "2 input-bound, low-gpu-util first seen at 40 s" in marker_words(s).plain
+    assert "2 input-bound, low-gpu-util first seen at 40 s" in markers_legend(s).plain
 
 
 def test_history_in_a_real_terminal(tmp_path: Path) -> None:

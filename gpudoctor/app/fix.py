@@ -72,7 +72,7 @@ def fix(
 
     current = Treatment(tuple(argv))
     first_job, first_arm = run("baseline", current)
-    check_baseline(first_arm, "nothing to fix")
+    check_baseline(first_arm, _("nothing to fix"))
     facts = first_job.timeline.merged_facts()  # the script's options and loaders as they ran
     cores = cores_of(first_job.timeline)
     base_arms: list[Arm] = [first_arm]

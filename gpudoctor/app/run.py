@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from gpudoctor.app.errors import NotPossible
+from gpudoctor.i18n import _
 from gpudoctor.jobs import JobSource, LaunchedJob, OnTick, WatchedJob
 from gpudoctor.jobs.watched import container_message, find_target, foreign_gpu_pids
 from gpudoctor.model import JobExit
@@ -76,9 +77,11 @@ def profile_env(request: RunRequest) -> dict[str, str]:
     starts)."""
     trace = request.profile_trace
     if trace is not None and request.profile_steps is None:
-        raise NotPossible("--profile-trace needs --profile-steps N")
+        raise NotPossible(_("--profile-trace needs --profile-steps N"))
     if trace is not None and not trace.parent.is_dir():
-        raise NotPossible(f"no such folder for --profile-trace: {trace.parent}")
+        raise NotPossible(
+            _("no such folder for --profile-trace: {folder}").format(folder=trace.parent)
+        )
     env = {ENV_PROFILE_STEPS: str(request.profile_steps)} if request.profile_steps else {}
     if trace is not None:
         env[ENV_PROFILE_TRACE] = str(trace.resolve())
@@ -107,14 +110,18 @@ def check_watch(pid: int, nvml: NvmlReader, headless: bool) -> WatchTarget:
         py_spy = find_py_spy()
         if py_spy is None:
             raise NotPossible(
-                "py-spy is not installed (it samples the job from outside): pip install py-spy"
+                _("py-spy is not installed (it samples the job from outside): pip install py-spy")
             )
         try:
             check_access(py_spy, target.pid)
         except AttachError as exc:
             raise NotPossible(str(exc)) from None
     elif headless:
-        raise NotPossible(f"{not_python(target.pid, target.command)} (in the TUI: drop --headless)")
+        raise NotPossible(
+            _("{why} (in the TUI: drop --headless)").format(
+                why=not_python(target.pid, target.command)
+            )
+        )
     foreign = foreign_gpu_pids(nvml.read())
     if foreign:
         raise NotPossible(container_message(foreign, target.pid))
@@ -122,10 +129,9 @@ def check_watch(pid: int, nvml: NvmlReader, headless: bool) -> WatchTarget:
 
 
 def not_python(pid: int, command: list[str] | tuple[str, ...]) -> str:
-    return (
-        f"pid {pid} ({' '.join(redact_argv(command))[:60]}) is not a Python process: "
-        "only its GPU and host use can be watched"
-    )
+    return _(
+        "pid {pid} ({command}) is not a Python process: only its GPU and host use can be watched"
+    ).format(pid=pid, command=" ".join(redact_argv(command))[:60])
 
 
 def watch(

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from gpudoctor.app.errors import NotPossible
+from gpudoctor.i18n import _
 from gpudoctor.output_log import DEFAULT_MAX_MB, OutputLog
 from gpudoctor.store import SessionRow, Store, StoreError, private_folder
 from gpudoctor.timeline import Timeline
@@ -18,13 +19,15 @@ def load(store: Store, name: str) -> tuple[int, Timeline]:
         if name == "last":
             rows = store.sessions()
             if not rows:
-                raise NotPossible(f"no recorded sessions in {store.path}")
+                raise NotPossible(_("no recorded sessions in {path}").format(path=store.path))
             session_id = rows[0].id
         else:
             try:
                 session_id = int(name)
             except ValueError:
-                raise NotPossible(f"not a session id: {name!r} (see gpudoctor history)") from None
+                raise NotPossible(
+                    _("not a session id: {name!r} (see gpudoctor history)").format(name=name)
+                ) from None
         return session_id, store.load(session_id)
     except StoreError as exc:
         raise NotPossible(str(exc)) from None
@@ -38,7 +41,9 @@ def open_log(store: Store, prefix: str, max_bytes: int = DEFAULT_MAX_MB << 20) -
         private_folder(logs, tighten=True)  # the job's output: its owner's only
         return OutputLog(logs / time.strftime(f"{prefix}-%Y%m%d-%H%M%S.log"), max_bytes)
     except OSError as exc:
-        raise NotPossible(f"cannot write the job's log in {logs}: {exc}") from None
+        raise NotPossible(
+            _("cannot write the job's log in {folder}: {why}").format(folder=logs, why=exc)
+        ) from None
 
 
 def find_live(store: Store, name: str) -> SessionRow:
@@ -52,27 +57,39 @@ def find_live(store: Store, name: str) -> SessionRow:
         live = [row for row in rows if row.live]
         if not live:
             raise NotPossible(
-                "no session is being recorded now (see gpudoctor history; a recorded one: "
-                "gpudoctor replay ID)"
+                _(
+                    "no session is being recorded now (see gpudoctor history; a recorded one: "
+                    "gpudoctor replay ID)"
+                )
             )
         return live[0]
     try:
         session_id = int(name)
     except ValueError:
-        raise NotPossible(f"not a session id: {name!r} (see gpudoctor history)") from None
+        raise NotPossible(
+            _("not a session id: {name!r} (see gpudoctor history)").format(name=name)
+        ) from None
     row = next((r for r in rows if r.id == session_id), None)
     if row is None:
-        raise NotPossible(f"no session {session_id} in {store.path} (see gpudoctor history)")
+        raise NotPossible(
+            _("no session {id} in {path} (see gpudoctor history)").format(
+                id=session_id, path=store.path
+            )
+        )
     if row.exit is not None:
-        raise NotPossible(f"session {session_id} has ended: gpudoctor replay {session_id}")
+        raise NotPossible(_("session {id} has ended: gpudoctor replay {id}").format(id=session_id))
     here = socket.gethostname()
     if row.hostname is not None and row.hostname != here:
         raise NotPossible(
-            f"session {session_id} is recorded on {row.hostname}, not here ({here}): attach there"
+            _("session {id} is recorded on {host}, not here ({here}): attach there").format(
+                id=session_id, host=row.hostname, here=here
+            )
         )
     if not row.live:
         raise NotPossible(
-            f"session {session_id} is no longer recorded (its doctor, pid {row.doctor_pid}, "
-            f"is gone): gpudoctor replay {session_id}"
+            _(
+                "session {id} is no longer recorded (its doctor, pid {pid}, is gone): "
+                "gpudoctor replay {id}"
+            ).format(id=session_id, pid=row.doctor_pid)
         )
     return row

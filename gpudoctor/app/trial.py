@@ -54,8 +54,9 @@ def check_remedies(remedies: Sequence[str]) -> None:
     unknown = [r for r in remedies if r not in CATALOGUE]
     if unknown:
         raise NotPossible(
-            f"unknown remedy {unknown[0]!r} (see gpudoctor remedies; known: "
-            f"{', '.join(sorted(CATALOGUE))})"
+            _("unknown remedy {remedy!r} (see gpudoctor remedies; known: {known})").format(
+                remedy=unknown[0], known=", ".join(sorted(CATALOGUE))
+            )
         )
 
 
@@ -96,7 +97,7 @@ def trial(
         return job
 
     first = run("baseline", command, {})
-    check_baseline(arms["baseline"][0], "nothing to compare")
+    check_baseline(arms["baseline"][0], _("nothing to compare"))
     treatment = treatment_of(first.timeline, request, progress)
     for change in treatment.applied:
         why = f" ({change.why})" if change.why else ""
@@ -138,12 +139,14 @@ def check_baseline(base: Arm, then: str) -> None:
     """BaselineFailed when the job as it is crashed or ran too few steps to measure."""
     if base.failed or len(base.walls_s) < MIN_BASELINE_STEPS:
         why = (
-            f"exit code {base.exit_code}"
+            _("exit code {code}").format(code=base.exit_code)
             if base.failed
-            else f"only {base.total_steps} steps (warm-up is {WARMUP_STEPS})"
+            else _("only {steps} steps (warm-up is {warmup})").format(
+                steps=base.total_steps, warmup=WARMUP_STEPS
+            )
         )
         raise BaselineFailed(
-            f"the baseline run failed ({why}): {then}",
+            _("the baseline run failed ({why}): {then}").format(why=why, then=then),
             base.exit_code if base.failed and base.exit_code else 1,
         )
 
@@ -170,7 +173,7 @@ def treatment_of(timeline: Timeline, request: TrialRequest, progress: Progress) 
         findings = [f for f in diagnose(timeline.window()) if f.remedies]
         if not findings:
             raise NotPossible(
-                "the baseline run has no finding with a remedy; name one with --apply REMEDY"
+                _("the baseline run has no finding with a remedy; name one with --apply REMEDY")
             )
         remedies = [findings[0].remedies[0]]
         progress(
@@ -201,7 +204,7 @@ def compare(store: Store, baseline: str, treatment: str) -> TrialResult:
         session_id, timeline = load(store, name)
         arm = arm_of(timeline, session_id)
         if len(arm.walls_s) < MIN_BASELINE_STEPS:
-            raise NotPossible(f"session {session_id} has too few steps to compare")
+            raise NotPossible(_("session {id} has too few steps to compare").format(id=session_id))
         runs.append(arm)
     return TrialResult(
         comparison=Comparison.of([runs[0]], [runs[1]]),

@@ -14,6 +14,7 @@ from gpudoctor.app.progress import Progress
 from gpudoctor.app.run import conclude
 from gpudoctor.app.trial import run_arm
 from gpudoctor.display import bar
+from gpudoctor.i18n import _
 from gpudoctor.prescribe import batch_size as finder
 from gpudoctor.prescribe.how import script_flag
 from gpudoctor.prescribe.rerun import with_batch_size
@@ -49,7 +50,9 @@ def tune_batch_size(
     tuner = _Tuner(request, store, progress, output, memory_cap(request))
     first = tuner.try_size(request.start)
     if first.reason.startswith("crashed"):  # not a memory limit: the job itself fails
-        raise JobFails(f"the job fails as it is: {first.reason}", 1)
+        raise JobFails(
+            _("the job fails as it is: {why}").format(why=finder.reason_words(first.reason)), 1
+        )
     tries = [first]
 
     def cached(size: int) -> finder.Try:
@@ -113,8 +116,10 @@ class _Tuner:
         start = size or 1
         most = max(self.tries, math.ceil(math.log2(max(2, self.request.cap / start))) + 4)
         self.progress(
-            f"[{bar(self.tries / most, 12)}] try {self.tries} (at most ~{most}): batch size "
-            f"{size if size is not None else 'as the job has it'} ...",
+            f"[{bar(self.tries / most, 12)}] "
+            + _("try {n} (at most ~{most}): batch size {size} ...").format(
+                n=self.tries, most=most, size=size if size is not None else _("as the job has it")
+            ),
             self.tries / most,
         )
         over_cap = [False]
@@ -137,15 +142,25 @@ class _Tuner:
             size = job_batch_size(self.facts)
             if size is None:
                 raise NotPossible(
-                    "cannot tell this job's batch size (no --batch-size flag, no DataLoader): "
-                    "give the first size with --start N"
+                    _(
+                        "cannot tell this job's batch size (no --batch-size flag, no "
+                        "DataLoader): give the first size with --start N"
+                    )
                 )
         result = classify(job.timeline, arm, size, over_cap[0], self.cap_bytes)
         if job.session_id is not None:
             self.sessions[str(size)] = job.session_id
-        speed = f", {result.samples_per_s:.1f} samples/s" if result.samples_per_s else ""
-        mem = f", peak {result.peak_bytes / 2**20:.0f} MiB" if result.peak_bytes else ""
-        self.progress(f"  {result.reason}{speed}{mem}")
+        speed = (
+            _(", {rate:.1f} samples/s").format(rate=result.samples_per_s)
+            if result.samples_per_s
+            else ""
+        )
+        mem = (
+            _(", peak {mib:.0f} MiB").format(mib=result.peak_bytes / 2**20)
+            if result.peak_bytes
+            else ""
+        )
+        self.progress(f"  {finder.reason_words(result.reason)}{speed}{mem}")
         return result
 
 

@@ -8,6 +8,7 @@ import argparse
 from gpudoctor import guide as the_guide
 from gpudoctor.cli.common import UsageError, lang_of
 from gpudoctor.diagnosis.remedies import CATALOGUE
+from gpudoctor.i18n import _
 
 
 def remedies(args: argparse.Namespace) -> int:
@@ -45,7 +46,10 @@ def guide(args: argparse.Namespace) -> int:
     section = sections.get(args.section)
     if section is None:
         raise UsageError(
-            f"gpudoctor guide: no section {args.section!r} (one of: {', '.join(sections)})"
+            "gpudoctor guide: "
+            + _("no section {section!r} (one of: {known})").format(
+                section=args.section, known=", ".join(sections)
+            )
         )
     print(section.text(), end="")
     return 0

@@ -244,8 +244,9 @@ def write_charts(svg: Path, timeline: Timeline, duration_s: float, link: str) ->
 
     drawn = charts_file(run_series(timeline), duration_s)
     if drawn is None:
-        print(f"gpudoctor: nothing to draw: no {svg} written", file=sys.stderr)
+        print(_("gpudoctor: nothing to draw: no {path} written").format(path=svg), file=sys.stderr)
         return ""
     svg.write_text(drawn, encoding="utf-8")
     print(_("gpudoctor: the charts written to {path}").format(path=svg), file=sys.stderr)
-    return f"\n## The run over time\n\n![The run over time]({link})\n"
+    title = _("The run over time")
+    return f"\n## {title}\n\n![{title}]({link})\n"

@@ -52,10 +52,12 @@ def command(args: argparse.Namespace) -> int:
 
             result = run_work_app(
                 "gpudoctor fix",
-                f"each remedy tried on fresh runs of: {' '.join(redact_argv(request.command))}",
+                _("each remedy tried on fresh runs of: {command}").format(
+                    command=" ".join(redact_argv(request.command))
+                ),
                 visit,
                 fix_text,
-                "still trying: each run ends within its steps (Ctrl-C stops the visit)",
+                _("still trying: each run ends within its steps (Ctrl-C stops the visit)"),
             )
         else:
             result = visit(progress)

@@ -3,16 +3,92 @@
 from __future__ import annotations
 
 import argparse
+import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from gpudoctor import __version__
 from gpudoctor.cli.common import UsageError
 from gpudoctor.i18n import _
 from gpudoctor.output_log import DEFAULT_MAX_MB
+from gpudoctor.units import cell_width
+
+
+class _Formatter(argparse.HelpFormatter):
+    """argparse's own words in the person's language (it marks them for gettext's
+    default domain, which the doctor does not use)."""
+
+    def add_usage(
+        self,
+        usage: str | None,
+        actions: Iterable[argparse.Action],
+        groups: Iterable[argparse._MutuallyExclusiveGroup],
+        prefix: str | None = None,
+    ) -> None:
+        super().add_usage(usage, actions, groups, _("usage: ") if prefix is None else prefix)
+
+    def _format_usage(
+        self,
+        usage: str | None,
+        actions: Iterable[argparse.Action],
+        groups: Iterable[argparse._MutuallyExclusiveGroup],
+        prefix: str | None,
+    ) -> str:
+        """The usage's later lines under its first's words: argparse indents them by the
+        prefix's characters, a terminal shows a Chinese prefix two columns a character."""
+        text = super()._format_usage(usage, actions, groups, prefix)
+        extra = " " * (cell_width(prefix or "") - len(prefix or ""))
+        first, *rest = text.split("\n")
+        return "\n".join([first, *(extra + line if line.strip() else line for line in rest)])
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return wrap_columns(" ".join(text.split()), width)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return "\n".join(indent + line for line in wrap_columns(" ".join(text.split()), width))
+
+
+# a CJK character is a word of its own (Chinese has no spaces to break lines at)
+WORDS = re.compile(r"[\u2e80-\u9fff\uff00-\uffef]|[^\s\u2e80-\u9fff\uff00-\uffef]+|\s+")
+
+
+CLOSING = set("，。、；：？！）》」』")
+
+
+def wrap_columns(text: str, width: int) -> list[str]:
+    """`text` in lines of at most `width` terminal columns (a word wider than that on a
+    line of its own), broken between words, or between two CJK characters."""
+    lines: list[str] = []
+    line = ""
+    for word in WORDS.findall(text):
+        if word.isspace():
+            line += " " if line else ""
+            continue
+        if line and cell_width(line + word) > width:
+            carried = ""
+            if word in CLOSING and len(line) > 1 and cell_width(line[-1]) == 2:
+                line, carried = line[:-1], line[-1]  # no line starts with a comma
+            lines.append(line.rstrip())
+            line = carried
+        line += word
+    if line.strip():
+        lines.append(line.rstrip())
+    return lines
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        kwargs["add_help"] = False
+        super().__init__(*args, **kwargs)
+        self._positionals.title = _("positional arguments")
+        self._optionals.title = _("options")
+        self.add_argument(
+            "-h", "--help", action="help", default=argparse.SUPPRESS,
+            help=_("show this help message and exit"),
+        )  # fmt: skip
+
     def error(self, message: str) -> NoReturn:
         raise UsageError(
             _("{prog}: {message} (see {prog} --help)").format(prog=self.prog, message=message)
@@ -20,16 +96,28 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    store_help = (
+    cmd_help = _(
+        "the job's command; `--` before it is optional: everything from its first word on is "
+        "the job's, options included"
+    )
+    metrics_help = _(
+        "serve OpenMetrics for Prometheus while it runs (HOST defaults to 127.0.0.1): step "
+        "time, data wait, comm wait, samples/s per rank, GPU util and memory, findings"
+    )
+    store_help = _(
         "session database (default: $GPUDOCTOR_STORE or ~/.local/share/gpudoctor/sessions.db)"
     )
     parser = _Parser(
         prog="gpudoctor",
-        description="A terminal performance doctor for PyTorch training jobs. "
-        "`gpudoctor` alone, on a terminal, opens the machine view: the GPUs, the host and "
-        "the processes using them.",
+        description=_(
+            "A terminal performance doctor for PyTorch training jobs. `gpudoctor` alone, on a "
+            "terminal, opens the machine view: the GPUs, the host and the processes using them."
+        ),
     )
-    parser.add_argument("--version", action="version", version=f"gpudoctor {__version__}")
+    parser.add_argument(
+        "--version", action="version", version=f"gpudoctor {__version__}",
+        help=_("show program's version number and exit"),
+    )  # fmt: skip
     parser.add_argument("--store", type=Path, help=store_help)
     sub = parser.add_subparsers(dest="command_name", metavar="COMMAND", parser_class=_Parser)
 
@@ -38,202 +126,200 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--store", type=Path, default=argparse.SUPPRESS, help=store_help)
         return p
 
-    run = add("run", "launch a command under the doctor")
-    run.add_argument("--headless", action="store_true", help="no TUI: a status line on stderr")
-    run.add_argument("--report", type=Path, metavar="PATH", help="write the report (.json or .md)")
+    run = add("run", _("launch a command under the doctor"))
+    run.add_argument("--headless", action="store_true", help=_("no TUI: a status line on stderr"))
     run.add_argument(
-        "--max-seconds", type=_positive_float, metavar="S", help="stop the job after S seconds"
+        "--report", type=Path, metavar="PATH", help=_("write the report (.json or .md)")
+    )
+    run.add_argument(
+        "--max-seconds", type=_positive_float, metavar="S", help=_("stop the job after S seconds")
     )
     run.add_argument(
         "--interval",
         type=_positive_float,
         default=1.0,
         metavar="S",
-        help="sampling period (default 1 s)",
+        help=_("sampling period (default 1 s)"),
     )
     run.add_argument(
         "--lang",
         choices=("en", "zh"),
         default=None,
-        help="language of what the doctor writes (default: the locale)",
+        help=_("language of what the doctor writes (default: the locale)"),
     )
     run.add_argument(
         "--profile-steps", type=_positive_int, metavar="N",
-        help="run torch.profiler over N steps after the warm-up; the top operators go "
-        "in the report",
+        help=_("run torch.profiler over N steps after the warm-up; the top operators go "
+        "in the report"),
     )  # fmt: skip
     run.add_argument(
         "--profile-trace", type=Path, metavar="PATH",
-        help="with --profile-steps: also write the Chrome trace (can be large)",
+        help=_("with --profile-steps: also write the Chrome trace (can be large)"),
     )  # fmt: skip
     run.add_argument(
         "--output-max-mb", type=_positive_float, default=DEFAULT_MAX_MB, metavar="MB",
-        help="in the TUI the job's output goes to a log file; past MB it is moved to "
-        f"LOG.1 and begun again (default {DEFAULT_MAX_MB})",
+        help=_(
+            "in the TUI the job's output goes to a log file; past MB it is moved to LOG.1 "
+            "and begun again (default {mb})"
+        ).format(mb=DEFAULT_MAX_MB),
     )  # fmt: skip
-    run.add_argument("--metrics", metavar="[HOST:]PORT", help=METRICS_HELP)
+    run.add_argument("--metrics", metavar="[HOST:]PORT", help=metrics_help)
     run.add_argument(
         "--no-rank-exchange", action="store_true",
-        help="a torchrun job on several nodes: do not trade rank summaries (rank, host, pid, "
-        "step timings) with the other nodes' doctors through the job's rendezvous store",
+        help=_("a torchrun job on several nodes: do not trade rank summaries (rank, host, pid, "
+        "step timings) with the other nodes' doctors through the job's rendezvous store"),
     )  # fmt: skip
     run.add_argument(
         "--no-stacks", action="store_true",
-        help="do not sample the job's stacks with py-spy (which names the lines of your code "
-        "that the time outside the model goes to)",
+        help=_("do not sample the job's stacks with py-spy (which names the lines of your code "
+        "that the time outside the model goes to)"),
     )  # fmt: skip
-    run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="[--] CMD [ARGS...]", help=CMD_HELP)
+    run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="[--] CMD [ARGS...]", help=cmd_help)
 
-    watch = add("watch", "attach to a running job (no code injected; it is never stopped)")
-    watch.add_argument("--pid", type=int, required=True, help="the job's process id")
-    watch.add_argument("--headless", action="store_true", help="no TUI: a status line on stderr")
+    watch = add("watch", _("attach to a running job (no code injected; it is never stopped)"))
+    watch.add_argument("--pid", type=int, required=True, help=_("the job's process id"))
+    watch.add_argument("--headless", action="store_true", help=_("no TUI: a status line on stderr"))
     watch.add_argument(
-        "--report", type=Path, metavar="PATH", help="write the report (.json or .md)"
+        "--report", type=Path, metavar="PATH", help=_("write the report (.json or .md)")
     )
     watch.add_argument(
-        "--max-seconds", type=_positive_float, metavar="S", help="leave after S seconds"
+        "--max-seconds", type=_positive_float, metavar="S", help=_("leave after S seconds")
     )
     watch.add_argument(
         "--interval",
         type=_positive_float,
         default=1.0,
         metavar="S",
-        help="sampling period (default 1 s)",
+        help=_("sampling period (default 1 s)"),
     )
     watch.add_argument(
         "--lang",
         choices=("en", "zh"),
         default=None,
-        help="language of what the doctor writes (default: the locale)",
+        help=_("language of what the doctor writes (default: the locale)"),
     )
-    watch.add_argument("--metrics", metavar="[HOST:]PORT", help=METRICS_HELP)
+    watch.add_argument("--metrics", metavar="[HOST:]PORT", help=metrics_help)
 
-    trial = add("trial", "A/B: the job as it is, then with a remedy applied; the measured speedup")
+    trial = add(
+        "trial", _("A/B: the job as it is, then with a remedy applied; the measured speedup")
+    )
     trial.add_argument(
         "--apply", action="append", default=[], metavar="REMEDY",
-        help="remedy id to apply (repeatable; default: the top finding's first remedy)",
+        help=_("remedy id to apply (repeatable; default: the top finding's first remedy)"),
     )  # fmt: skip
     trial.add_argument(
         "--steps", type=_positive_int, default=100, metavar="N",
-        help="steady-state steps measured in each run, warm-up excluded (default 100)",
+        help=_("steady-state steps measured in each run, warm-up excluded (default 100)"),
     )  # fmt: skip
     trial.add_argument(
         "--repeat", type=_positive_int, default=2, metavar="K",
-        help="run each side K times, alternating: B T T B ... (default 2)",
+        help=_("run each side K times, alternating: B T T B ... (default 2)"),
     )  # fmt: skip
     trial.add_argument(
-        "--report", type=Path, metavar="PATH", help="write the report (.json or .md)"
+        "--report", type=Path, metavar="PATH", help=_("write the report (.json or .md)")
     )
     trial.add_argument("--lang", choices=("en", "zh"), default=None)
-    trial.add_argument("cmd", nargs=argparse.REMAINDER, metavar="[--] CMD [ARGS...]", help=CMD_HELP)
+    trial.add_argument("cmd", nargs=argparse.REMAINDER, metavar="[--] CMD [ARGS...]", help=cmd_help)
 
     fix = add(
         "fix",
-        "diagnose, apply the remedy predicted to buy most, trial it, keep it if faster, repeat",
+        _("diagnose, apply the remedy predicted to buy most, trial it, keep it if faster, repeat"),
     )
     fix.add_argument(
         "--budget", type=_age, default=600.0, metavar="TIME",
-        help="stop before a trial would run past this much time (e.g. 10m, 90s, 1h; "
-        "default 10m)",
+        help=_("stop before a trial would run past this much time (e.g. 10m, 90s, 1h; "
+        "default 10m)"),
     )  # fmt: skip
     fix.add_argument(
         "--steps", type=_positive_int, default=100, metavar="N",
-        help="steady-state steps measured in each run, warm-up excluded (default 100)",
+        help=_("steady-state steps measured in each run, warm-up excluded (default 100)"),
     )  # fmt: skip
     fix.add_argument(
         "--repeat", type=_positive_int, default=2, metavar="K",
-        help="runs a side in each trial, alternating (default 2)",
+        help=_("runs a side in each trial, alternating (default 2)"),
     )  # fmt: skip
-    fix.add_argument("--report", type=Path, metavar="PATH", help="write the visit (.json or .md)")
+    fix.add_argument(
+        "--report", type=Path, metavar="PATH", help=_("write the visit (.json or .md)")
+    )
     fix.add_argument("--lang", choices=("en", "zh"), default=None)
-    fix.add_argument("cmd", nargs=argparse.REMAINDER, metavar="[--] CMD [ARGS...]", help=CMD_HELP)
+    fix.add_argument("cmd", nargs=argparse.REMAINDER, metavar="[--] CMD [ARGS...]", help=cmd_help)
 
-    tune = add("tune", "find settings by measuring: `tune batch-size -- CMD`")
+    tune = add("tune", _("find settings by measuring: `tune batch-size -- CMD`"))
     tune_sub = tune.add_subparsers(dest="what", metavar="WHAT", parser_class=_Parser)
     bs = tune_sub.add_parser(
         "batch-size",
-        help="the largest batch that fits and the fastest (each size a fresh run)",
-        description="the largest batch that fits and the fastest (each size a fresh run)",
+        help=_("the largest batch that fits and the fastest (each size a fresh run)"),
+        description=_("the largest batch that fits and the fastest (each size a fresh run)"),
     )
     bs.add_argument("--store", type=Path, default=argparse.SUPPRESS, help=store_help)
     bs.add_argument(
         "--max-memory", metavar="SIZE",
-        help="memory limit for the job (e.g. 8GiB): its processes' RSS on a CPU job; "
-        "default: the GPU's memory, none on a CPU job",
+        help=_("memory limit for the job (e.g. 8GiB): its processes' RSS on a CPU job; "
+        "default: the GPU's memory, none on a CPU job"),
     )  # fmt: skip
     bs.add_argument(
         "--cap", type=_positive_int, default=4096, metavar="N",
-        help="largest batch size to try (default 4096)",
+        help=_("largest batch size to try (default 4096)"),
     )  # fmt: skip
     bs.add_argument(
         "--steps", type=_positive_int, default=15, metavar="N",
-        help="steps measured at each size, after 5 warm-up steps (default 15)",
+        help=_("steps measured at each size, after 5 warm-up steps (default 15)"),
     )  # fmt: skip
     bs.add_argument(
-        "--start", type=_positive_int, metavar="N", help="first size (default: the job's)"
+        "--start", type=_positive_int, metavar="N", help=_("first size (default: the job's)")
     )
-    bs.add_argument("--report", type=Path, metavar="PATH", help="write the result (.json or .md)")
-    bs.add_argument("cmd", nargs=argparse.REMAINDER, metavar="[--] CMD [ARGS...]", help=CMD_HELP)
+    bs.add_argument(
+        "--report", type=Path, metavar="PATH", help=_("write the result (.json or .md)")
+    )
+    bs.add_argument("cmd", nargs=argparse.REMAINDER, metavar="[--] CMD [ARGS...]", help=cmd_help)
 
-    compare = add("compare", "compare two recorded runs: samples/s, speedup, symptoms")
-    compare.add_argument("baseline", help="session id of the first run")
-    compare.add_argument("treatment", help="session id of the second run (or `last`)")
+    compare = add("compare", _("compare two recorded runs: samples/s, speedup, symptoms"))
+    compare.add_argument("baseline", help=_("session id of the first run"))
+    compare.add_argument("treatment", help=_("session id of the second run (or `last`)"))
     compare.add_argument(
         "--format", choices=("text", "json", "html"), default="text",
-        help="html: one self-contained page, the two runs over time overlaid (to stdout)",
+        help=_("html: one self-contained page, the two runs over time overlaid (to stdout)"),
     )  # fmt: skip
 
-    history = add("history", "recorded sessions, newest first")
-    history.add_argument("--limit", type=int, default=20, help="how many to list (default 20)")
+    history = add("history", _("recorded sessions, newest first"))
+    history.add_argument("--limit", type=int, default=20, help=_("how many to list (default 20)"))
     history.add_argument(
         "--prune", type=_age, metavar="AGE",
-        help="first delete the sessions that started more than AGE ago (e.g. 30d, 12h, 2w), "
-        "their records with them, and shrink the store (live sessions are kept)",
+        help=_("first delete the sessions that started more than AGE ago (e.g. 30d, 12h, 2w), "
+        "their records with them, and shrink the store (live sessions are kept)"),
     )  # fmt: skip
 
-    report = add("report", "rebuild the report of a recorded session")
-    report.add_argument("session", help="session id (see `gpudoctor history`), or `last`")
+    report = add("report", _("rebuild the report of a recorded session"))
+    report.add_argument("session", help=_("session id (see `gpudoctor history`), or `last`"))
     report.add_argument(
         "--format", choices=("md", "json", "html"), default="md",
-        help="html: one self-contained page with the run over time as charts",
+        help=_("html: one self-contained page with the run over time as charts"),
     )  # fmt: skip
     report.add_argument(
         "--svg", type=Path, metavar="FILE.svg",
-        help="md: the run over time as charts in this SVG file, shown by the Markdown "
-        "(an image link to FILE.svg as given: keep them side by side)",
+        help=_("md: the run over time as charts in this SVG file, shown by the Markdown "
+        "(an image link to FILE.svg as given: keep them side by side)"),
     )  # fmt: skip
     report.add_argument("--lang", choices=("en", "zh"), default=None)
 
-    attach = add("attach", "the live TUI on a session another doctor is recording")
+    attach = add("attach", _("the live TUI on a session another doctor is recording"))
     attach.add_argument(
         "session", nargs="?", default="last",
-        help="session id (see `gpudoctor history`), or `last` (the newest live one; default)",
+        help=_("session id (see `gpudoctor history`), or `last` (the newest live one; default)"),
     )  # fmt: skip
     attach.add_argument("--lang", choices=("en", "zh"), default=None)
 
-    replay = add("replay", "the TUI over a recorded session")
-    replay.add_argument("session", help="session id (see `gpudoctor history`), or `last`")
+    replay = add("replay", _("the TUI over a recorded session"))
+    replay.add_argument("session", help=_("session id (see `gpudoctor history`), or `last`"))
     replay.add_argument("--lang", choices=("en", "zh"), default=None)
 
-    remedies = add("remedies", "print the remedy catalogue")
+    remedies = add("remedies", _("print the remedy catalogue"))
     remedies.add_argument("--lang", choices=("en", "zh"), default=None)
 
-    guide = add("guide", "print a section of the guide the remedies cite (the list without one)")
-    guide.add_argument("section", nargs="?", help="a section id, e.g. dataloader")
+    guide = add("guide", _("print a section of the guide the remedies cite (the list without one)"))
+    guide.add_argument("section", nargs="?", help=_("a section id, e.g. dataloader"))
     guide.add_argument("--lang", choices=("en", "zh"), default=None)
     return parser
-
-
-CMD_HELP = (
-    "the job's command; `--` before it is optional: everything from its first word on is "
-    "the job's, options included"
-)
-
-
-METRICS_HELP = (
-    "serve OpenMetrics for Prometheus while it runs (HOST defaults to 127.0.0.1): step "
-    "time, data wait, comm wait, samples/s per rank, GPU util and memory, findings"
-)
 
 
 def _positive_int(text: str) -> int:

@@ -136,7 +136,8 @@ class ctrl_c_reaches_the_job:
             if not terminal_delivered():
                 self.job.signal_job(signal.SIGINT)
             print(
-                "\ngpudoctor: waiting for the job to stop (Ctrl-C again to force)", file=sys.stderr
+                "\n" + _("gpudoctor: waiting for the job to stop (Ctrl-C again to force)"),
+                file=sys.stderr,
             )
         else:
             self.job.signal_job(signal.SIGTERM if self.presses == 2 else signal.SIGKILL)
@@ -178,11 +179,14 @@ def in_tui(
     if job.timeline.exit is None:
         job.close()
         store.close()
-        print(f"gpudoctor: the job (pid {job.job_pid}) was left running", file=sys.stderr)
+        print(
+            "gpudoctor: " + _("the job (pid {pid}) was left running").format(pid=job.job_pid),
+            file=sys.stderr,
+        )
         return running.DOCTOR_FAILED
-    notes: tuple[str, ...] = (f"the job's output is in {log.path}",)
+    notes: tuple[str, ...] = (_("the job's output is in {path}").format(path=log.path),)
     if job.timeline.exit.ended_by == "detached":
-        notes += (f"the job (pid {job.job_pid}) was left running",)
+        notes += (_("the job (pid {pid}) was left running").format(pid=job.job_pid),)
     try:
         result = running.conclude(job, store, lang, notes)
     finally:

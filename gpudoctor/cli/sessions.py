@@ -82,9 +82,13 @@ def loaded(args: argparse.Namespace, name: str) -> tuple[int, Timeline]:
 def report(args: argparse.Namespace) -> int:
     svg: Path | None = args.svg
     if svg is not None and (args.format != "md" or svg.suffix != ".svg"):
-        raise UsageError("gpudoctor report: --svg takes a FILE.svg, for the Markdown format")
+        raise UsageError(
+            "gpudoctor report: " + _("--svg takes a FILE.svg, for the Markdown format")
+        )
     if svg is not None and not svg.parent.is_dir():
-        raise UsageError(f"gpudoctor report: no such folder for --svg: {svg.parent}")
+        raise UsageError(
+            "gpudoctor report: " + _("no such folder for --svg: {folder}").format(folder=svg.parent)
+        )
     session_id, timeline = loaded(args, "report")
     rebuilt = build(timeline, session_id, lang_of(args))
     if svg is not None:
@@ -112,7 +116,9 @@ def report(args: argparse.Namespace) -> int:
 def replay(args: argparse.Namespace) -> int:
     session_id, timeline = loaded(args, "replay")
     if not on_terminal():
-        raise UsageError("gpudoctor replay: needs a terminal (for a text report: gpudoctor report)")
+        raise UsageError(
+            "gpudoctor replay: " + _("needs a terminal (for a text report: gpudoctor report)")
+        )
     from gpudoctor.cli import trial
     from gpudoctor.tui.app import make_replay_app
 
@@ -133,7 +139,9 @@ def attach(args: argparse.Namespace) -> int:
     from gpudoctor.terminal import TerminalView
 
     if not on_terminal():
-        raise UsageError("gpudoctor attach: needs a terminal (headless: gpudoctor report ID)")
+        raise UsageError(
+            "gpudoctor attach: " + _("needs a terminal (headless: gpudoctor report ID)")
+        )
     store = open_store(args)
     try:
         row = sessions.find_live(store, args.session)
@@ -150,9 +158,10 @@ def attach(args: argparse.Namespace) -> int:
     finally:
         store.close()
     if source.timeline.exit is not None:
-        print(f"gpudoctor: session {row.id} has ended: gpudoctor report {row.id}", file=sys.stderr)
+        said = _("session {id} has ended: gpudoctor report {id}").format(id=row.id)
     elif source.gone == "left":
-        print(f"gpudoctor: left session {row.id}; it is still recorded", file=sys.stderr)
+        said = _("left session {id}; it is still recorded").format(id=row.id)
     else:
-        print(f"gpudoctor: session {row.id}: {source.gone}", file=sys.stderr)
+        said = _("session {id}: {why}").format(id=row.id, why=source.gone_words)
+    print(f"gpudoctor: {said}", file=sys.stderr)
     return 0

@@ -29,7 +29,9 @@ from gpudoctor.report.render import tune_document, tune_markdown, tune_text
 
 def command(args: argparse.Namespace) -> int:
     if args.what is None:
-        raise UsageError("gpudoctor tune: say what to tune: gpudoctor tune batch-size -- CMD")
+        raise UsageError(
+            "gpudoctor tune: " + _("say what to tune: gpudoctor tune batch-size -- CMD")
+        )
     request = tuning.TuneRequest(
         command=command_of(args, "tune batch-size"),
         max_memory=args.max_memory,
@@ -56,10 +58,12 @@ def command(args: argparse.Namespace) -> int:
 
             found = run_work_app(
                 "gpudoctor tune batch-size",
-                f"each size a fresh run of: {' '.join(redact_argv(request.command))}",
+                _("each size a fresh run of: {command}").format(
+                    command=" ".join(redact_argv(request.command))
+                ),
                 search,
                 tune_text,
-                "still searching: each try ends within its steps",
+                _("still searching: each try ends within its steps"),
             )
         else:
             found = search(progress)

@@ -56,8 +56,9 @@ def command(args: argparse.Namespace) -> int:
     if not headless:
         return in_tui(job, store, lang, path, target, metrics)
     print(
-        f"gpudoctor: watching pid {target.pid} ({' '.join(redact_argv(target.command))[:80]}); "
-        "Ctrl-C leaves it running",
+        _("gpudoctor: watching pid {pid} ({command}); Ctrl-C leaves it running").format(
+            pid=target.pid, command=" ".join(redact_argv(target.command))[:80]
+        ),
         file=sys.stderr,
     )
 
@@ -93,10 +94,12 @@ def in_tui(
         job.close()
     if job.timeline.exit is None:
         store.close()
-        print("gpudoctor: the watch did not end cleanly; the job goes on", file=sys.stderr)
+        print(_("gpudoctor: the watch did not end cleanly; the job goes on"), file=sys.stderr)
         return running.DOCTOR_FAILED
     notes = (
-        (f"pid {job.job_pid} was left running",) if job.timeline.exit.ended_by == "detached" else ()
+        (_("pid {pid} was left running").format(pid=job.job_pid),)
+        if job.timeline.exit.ended_by == "detached"
+        else ()
     )
     try:
         result = running.conclude(job, store, lang, notes)

@@ -32,6 +32,11 @@ def state_words(state: str) -> str:
     return _("idle") if state == "idle" else _("busy")
 
 
+def where_words(where: str) -> str:
+    """Whose time a line's share is ("main" | "workers") in the person's language."""
+    return _("main thread") if where == "main" else _("workers")
+
+
 def whose_words(where: str, state: str) -> str:
     """Whose time a line's share is, and its state: `of the main thread, idle`."""
     words = _("of the main thread, {state}") if where == "main" else _("of the workers, {state}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 
+from gpudoctor.i18n import _
 from gpudoctor.jobs.source import OnTick
 from gpudoctor.model import EndedBy, JobExit
 from gpudoctor.store import SessionRow, Store
@@ -26,8 +27,13 @@ class AttachedSession:
         self.interval_s = interval_s
         self.timeline, self._last_id = store.load_from(row.id)
         self._left = False
-        # why the viewer stopped following, when not the job's end: "" while it follows
+        # why the viewer stopped following, when not the job's end: "" while it follows,
+        # "left" (the viewer left), "doctor-gone" (the recording doctor is gone)
         self.gone = ""
+
+    @property
+    def gone_words(self) -> str:
+        return _("the recording doctor is gone") if self.gone == "doctor-gone" else _("left")
 
     @property
     def job_pid(self) -> int | None:
@@ -41,7 +47,7 @@ class AttachedSession:
             if self.timeline.exit is not None:
                 return self.timeline.exit
             if self._left or not self._still_live():
-                self.gone = "left" if self._left else "the recording doctor is gone"
+                self.gone = "left" if self._left else "doctor-gone"
                 return JobExit(exit_code=None, ended_by="detached")
             deadline = time.monotonic() + self.interval_s
             while time.monotonic() < deadline and not self._left:

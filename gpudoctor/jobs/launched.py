@@ -20,6 +20,7 @@ from typing import IO, Any
 from gpudoctor import probe, run_folders
 from gpudoctor.diagnosis.ranks import RankSummary, rank_summaries
 from gpudoctor.diagnosis.window import WARMUP_STEPS
+from gpudoctor.i18n import _
 from gpudoctor.jobs.source import Recorder
 from gpudoctor.model import EndedBy, JobExit
 from gpudoctor.output_log import OutputLog
@@ -123,13 +124,20 @@ class LaunchedJob(Recorder):
             )
         except FileNotFoundError:
             self.close()
-            raise LaunchError(127, f"command not found: {self.command[0]}") from None
+            raise LaunchError(
+                127, _("command not found: {command}").format(command=self.command[0])
+            ) from None
         except PermissionError:
             self.close()
-            raise LaunchError(126, f"permission denied: {self.command[0]}") from None
+            raise LaunchError(
+                126, _("permission denied: {command}").format(command=self.command[0])
+            ) from None
         except OSError as exc:
             self.close()
-            raise LaunchError(126, f"cannot run {self.command[0]}: {exc.strerror}") from None
+            raise LaunchError(
+                126,
+                _("cannot run {command}: {why}").format(command=self.command[0], why=exc.strerror),
+            ) from None
         self.host = HostReader(self.proc.pid)
         try:
             self.session_id = self.store.create_session(self.timeline, os.getcwd(), self.proc.pid)

@@ -18,6 +18,7 @@ from typing import Any
 
 import psutil
 
+from gpudoctor.i18n import _
 from gpudoctor.jobs.source import Recorder
 from gpudoctor.model import EndedBy, GpuSample, HostSample, JobExit
 from gpudoctor.sources.host import HostReader
@@ -42,15 +43,15 @@ class Target:
 def find_target(pid: int) -> Target:
     """The process to watch, or AttachError saying why it cannot be watched."""
     if pid <= 0 or not psutil.pid_exists(pid):
-        raise AttachError(f"no process with pid {pid}")
+        raise AttachError(_("no process with pid {pid}").format(pid=pid))
     if pid == os.getpid():
-        raise AttachError(f"pid {pid} is gpudoctor itself")
+        raise AttachError(_("pid {pid} is gpudoctor itself").format(pid=pid))
     try:
         proc = psutil.Process(pid)
         owner = proc.uids().real
         name = proc.name()
     except psutil.NoSuchProcess:
-        raise AttachError(f"no process with pid {pid}") from None
+        raise AttachError(_("no process with pid {pid}").format(pid=pid)) from None
     except psutil.AccessDenied:
         raise AttachError(_not_yours(pid, None)) from None
     if os.geteuid() != 0 and owner != os.geteuid():
@@ -60,7 +61,7 @@ def find_target(pid: int) -> Target:
     except psutil.AccessDenied:
         command = [name]
     except psutil.NoSuchProcess:
-        raise AttachError(f"no process with pid {pid}") from None
+        raise AttachError(_("no process with pid {pid}").format(pid=pid)) from None
     try:
         exe = proc.exe()
     except psutil.Error:  # hidden from its own user too when the job is not dumpable
@@ -72,16 +73,16 @@ def find_target(pid: int) -> Target:
 
 
 def _not_yours(pid: int, owner: int | None) -> str:
-    who = "another user"
+    who = _("another user")
     if owner is not None:
         try:
-            who = f"user {pwd.getpwuid(owner).pw_name}"
+            who = _("user {name}").format(name=pwd.getpwuid(owner).pw_name)
         except KeyError:
             who = f"uid {owner}"
-    return (
-        f"pid {pid} belongs to {who}: watching it needs their permission; run gpudoctor as "
+    return _(
+        "pid {pid} belongs to {who}: watching it needs their permission; run gpudoctor as "
         "that user, or as root (sudo gpudoctor watch ...)"
-    )
+    ).format(pid=pid, who=who)
 
 
 def _is_python(proc: psutil.Process, exe: str) -> bool:
@@ -107,12 +108,12 @@ def foreign_gpu_pids(
 
 def container_message(pids: list[int], pid: int) -> str:
     shown = ", ".join(str(p) for p in pids[:4]) + (", ..." if len(pids) > 4 else "")
-    return (
-        f"NVML lists GPU processes (pids {shown}) that this system's /proc does not have: "
+    return _(
+        "NVML lists GPU processes (pids {shown}) that this system's /proc does not have: "
         "gpudoctor runs in a container with its own PID namespace, so GPU use cannot be "
-        f"matched to pid {pid}; run the container with the host's PID namespace "
+        "matched to pid {pid}; run the container with the host's PID namespace "
         "(docker run --pid=host ...)"
-    )
+    ).format(shown=shown, pid=pid)
 
 
 class WatchedJob(Recorder):

@@ -10,8 +10,11 @@ drive it with real runs and its order is plain to read.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from gpudoctor.i18n import _
 
 # A size fits only when its peak memory stays below this share of the limit (GPU
 # memory, or --max-memory): the next batch with longer sequences or a fragmented
@@ -58,6 +61,22 @@ class Found:
         }
 
 
+CRASHED = re.compile(r"crashed \(exit code (-?\d+)\)")
+
+
+def reason_words(reason: str) -> str:
+    """A try's result (Try.reason, a value of the report) in the person's language."""
+    crashed = CRASHED.fullmatch(reason)
+    if crashed:
+        return _("crashed (exit code {code})").format(code=crashed.group(1))
+    return {
+        "fits": _("fits"),
+        "oom": _("out of memory"),
+        "over memory cap": _("over the memory cap"),
+        "over safety margin": _("over the safety margin"),
+    }.get(reason, reason)
+
+
 def search(start: int, try_size: Callable[[int], Try], cap: int = DEFAULT_CAP) -> Found:
     """Double from `start` until a size fails, the cap, or a throughput plateau; then
     bisect between the largest that fits and the smallest that fails."""
@@ -77,26 +96,30 @@ def search(start: int, try_size: Callable[[int], Try], cap: int = DEFAULT_CAP) -
             attempt(size)
         good = [t for t in tries if t.fits]
         if not good:
-            return Found(tuple(tries), None, None, f"even batch size {size} does not fit")
+            return Found(
+                tuple(tries), None, None, _("even batch size {size} does not fit").format(size=size)
+            )
         bad_above = min(t.batch_size for t in tries if not t.fits)
         _bisect(max(t.batch_size for t in good), bad_above, attempt)
-        return _found(tries, "the current batch size does not fit")
+        return _found(tries, _("the current batch size does not fit"))
     stalls = 0
     stopped_by = ""
     while True:
         last = tries[-1]
         if last.batch_size >= cap:
-            stopped_by = f"the cap ({cap})"
+            stopped_by = _("the cap ({cap})").format(cap=cap)
             break
         nxt = attempt(min(cap, last.batch_size * 2))
         if not nxt.fits:
-            stopped_by = f"{nxt.reason} at batch size {nxt.batch_size}"
+            stopped_by = _("{reason} at batch size {size}").format(
+                reason=reason_words(nxt.reason), size=nxt.batch_size
+            )
             _bisect(last.batch_size, nxt.batch_size, attempt)
             break
         gain = (nxt.samples_per_s or 0) / (last.samples_per_s or 1)
         stalls = stalls + 1 if gain < PLATEAU_GAIN else 0
         if stalls >= 2:
-            stopped_by = "throughput stopped growing"
+            stopped_by = _("throughput stopped growing")
             break
     return _found(tries, stopped_by)
 
@@ -125,7 +148,7 @@ def parse_size(text: str) -> int:
     try:
         value = float(number)
     except ValueError:
-        raise ValueError(f"not a size: {text!r} (like 4GiB or 512M)") from None
+        raise ValueError(_("not a size: {text!r} (like 4GiB or 512M)").format(text=text)) from None
     if value <= 0:
-        raise ValueError(f"must be positive: {text!r}")
+        raise ValueError(_("must be positive: {text!r}").format(text=text))
     return int(value * units[unit])

@@ -3,6 +3,7 @@ shape), so `gpudoctor report SESSION` rebuilds offline exactly what the run prin
 
 from __future__ import annotations
 
+import re
 import socket
 import statistics
 from typing import Any
@@ -72,10 +73,11 @@ AUDIT_KEYS = (
 )
 
 
-MASKED_NOTE = (
-    "Secrets in the command line or the options the job parsed are shown as *** "
-    "(the session store keeps them as they ran, readable by its owner only)."
-)
+def masked_note() -> str:
+    return _(
+        "Secrets in the command line or the options the job parsed are shown as *** (the "
+        "session store keeps them as they ran, readable by its owner only)."
+    )
 
 
 def build(timeline: Timeline, session_id: int | None, lang: str = "en") -> Report:
@@ -121,7 +123,7 @@ def build(timeline: Timeline, session_id: int | None, lang: str = "en") -> Repor
         ),
         # torch.profiler's top operators, when asked
         profile=Profile.of(profile) if profile else None,
-        notes=tuple(_notes(timeline, window) + ([MASKED_NOTE] if masked else [])),
+        notes=tuple(_notes(timeline, window) + ([masked_note()] if masked else [])),
         doctor=_doctor(timeline),
         ranks=tuple(
             _rank(m, counts.get(m.pid, m.steps) if m.host == window.hostname else m.steps)
@@ -378,8 +380,29 @@ def _gpus(w: Window) -> tuple[GpuSummary, ...]:
 
 def _gpu_status(timeline: Timeline) -> str:
     if timeline.gpus:
-        return f"{len({g.index for g in timeline.gpus})} GPU(s) read through NVML"
-    return timeline.gpu_reason or "no GPU readings"
+        return _("{n} GPU(s) read through NVML").format(n=len({g.index for g in timeline.gpus}))
+    return gpu_reason_words(timeline.gpu_reason) if timeline.gpu_reason else _("no GPU readings")
+
+
+# Why there are no GPU readings, as the NVML reader records it (sources/nvml.py): its
+# words, then NVML's own error in brackets, which stays as NVML wrote it.
+GPU_REASONS = re.compile(
+    r"(no NVIDIA driver|NVML could not list the GPUs|nvidia-ml-py is not installed) \((.*)\)",
+    re.S,
+)
+
+
+def gpu_reason_words(reason: str) -> str:
+    """The recorded reason in the person's language (an unknown one as recorded)."""
+    m = GPU_REASONS.fullmatch(reason)
+    if m is None:
+        return reason
+    words = {
+        "no NVIDIA driver": _("no NVIDIA driver ({why})"),
+        "NVML could not list the GPUs": _("NVML could not list the GPUs ({why})"),
+        "nvidia-ml-py is not installed": _("nvidia-ml-py is not installed ({why})"),
+    }[m.group(1)]
+    return words.format(why=m.group(2))
 
 
 def _host(w: Window) -> HostSummary | None:

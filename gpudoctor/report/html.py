@@ -18,10 +18,20 @@ from typing import Any
 import pygal
 from pygal.style import Style
 
+from gpudoctor.diagnosis.hotspots import state_words, where_words
 from gpudoctor.i18n import _, language
-from gpudoctor.report.render import predicted_words, profile_title, speed_words, status_words
+from gpudoctor.prescribe.batch_size import reason_words
+from gpudoctor.report.render import (
+    predicted_words,
+    profile_title,
+    side_words,
+    speed_words,
+    status_words,
+    unit_words,
+    verdict_words,
+)
 from gpudoctor.report.values import Report
-from gpudoctor.series import SPLIT_LABELS, Point, RunSeries, by_time
+from gpudoctor.series import Point, RunSeries, by_time, marker_words, split_labels
 
 SCRIPT = re.compile(r"<script\b.*?</script>", re.S)
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
@@ -61,7 +71,7 @@ def chart(
     drawn = pygal.XY(
         width=CHART_W, height=CHART_H, js=[], style=style, show_dots=False, stroke=True,
         disable_xml_declaration=True, legend_at_bottom=True, truncate_legend=-1,
-        x_title="seconds since the start", y_title=y_title, title=title,
+        x_title=_("seconds since the start"), y_title=y_title, title=title,
         include_x_axis=True, explicit_size=True, xrange=(0, x_end),
     )  # fmt: skip
     top = max((v for points in data.values() for _, v in points), default=1.0) or 1.0
@@ -76,30 +86,31 @@ def chart(
 
 def charts(s: RunSeries, duration_s: float) -> list[str]:
     out = []
+    markers = [(marker_words(kind, what), at) for kind, what, at in s.markers()]
 
     def add(title: str, y_title: str, series: dict[str, list[Point]]) -> None:
-        out.append(chart(title, y_title, series, s.markers(), max(duration_s, 1.0)))
+        out.append(chart(title, y_title, series, markers, max(duration_s, 1.0)))
 
     if s.step_p50_ms:
-        add("Step time", "ms", {"p50": s.step_p50_ms, "p90": s.step_p90_ms})
+        add(_("Step time"), "ms", {"p50": s.step_p50_ms, "p90": s.step_p90_ms})
         if s.samples_per_s:
-            add("Samples a second", "samples/s", {"samples/s": s.samples_per_s})
+            add(_("Samples a second"), _("samples/s"), {_("samples/s"): s.samples_per_s})
         else:
-            add("Steps a second", "steps/s", {"steps/s": s.steps_per_s})
-        add("Waiting for data", "% of step time", {"data wait": s.data_wait_pct})
-        parts = {name: s.split_pct[k] for k, name in SPLIT_LABELS.items() if k in s.split_pct}
-        add("Where a step goes", "% of step time", parts)
+            add(_("Steps a second"), _("steps/s"), {_("steps/s"): s.steps_per_s})
+        add(_("Waiting for data"), _("% of step time"), {_("data wait"): s.data_wait_pct})
+        parts = {name: s.split_pct[k] for k, name in split_labels().items() if k in s.split_pct}
+        add(_("Where a step goes"), _("% of step time"), parts)
     if s.gpu_util_pct:
-        add("GPU utilisation", "%", {f"GPU {i}": p for i, p in sorted(s.gpu_util_pct.items())})
-        add("GPU memory used", "GiB", {f"GPU {i}": p for i, p in sorted(s.gpu_mem_gib.items())})
+        add(_("GPU utilisation"), "%", {f"GPU {i}": p for i, p in sorted(s.gpu_util_pct.items())})
+        add(_("GPU memory used"), "GiB", {f"GPU {i}": p for i, p in sorted(s.gpu_mem_gib.items())})
         if s.gpu_power_w:
-            add("GPU power", "W", {f"GPU {i}": p for i, p in sorted(s.gpu_power_w.items())})
+            add(_("GPU power"), "W", {f"GPU {i}": p for i, p in sorted(s.gpu_power_w.items())})
     if s.cpu_pct:
-        add("CPU", "% of the machine", {"all cores": s.cpu_pct})
+        add("CPU", _("% of the machine"), {_("all cores"): s.cpu_pct})
         if 1 < len(s.cpu_core_pct) <= len(COLORS):
-            cores = {f"core {c}": p for c, p in sorted(s.cpu_core_pct.items())}
-            add("CPU by core", "% of a core", cores)
-        add("The job's CPU", "cores", {"job": s.job_cpu_cores})
+            cores = {_("core {n}").format(n=c): p for c, p in sorted(s.cpu_core_pct.items())}
+            add(_("CPU by core"), _("% of a core"), cores)
+        add(_("The job's CPU"), _("cores"), {_("job"): s.job_cpu_cores})
     return out
 
 
@@ -208,7 +219,12 @@ def page(
         p = report.profile
         parts.append(f"<h2>{e(profile_title(p, heading=True))}</h2><table>")
         parts.append(
-            "<tr><th>operator</th><th>calls</th><th>self CPU us</th><th>self device us</th></tr>"
+            "<tr>"
+            + "".join(
+                f"<th>{e(h)}</th>"
+                for h in (_("operator"), _("calls"), _("self CPU us"), _("self device us"))
+            )
+            + "</tr>"
         )
         for op in p.operators:
             parts.append(
@@ -223,11 +239,17 @@ def page(
     if report.hotspots:
         parts.append("<h2>" + e(_("Where the time outside the model goes")) + "</h2><table>")
         parts.append(
-            "<tr><th>share</th><th>where</th><th>state</th><th>line</th><th>code</th></tr>"
+            "<tr>"
+            + "".join(
+                f"<th>{e(h)}</th>"
+                for h in (_("share"), _("where"), _("state"), _("line"), _("code"))
+            )
+            + "</tr>"
         )
         for h in report.hotspots:
             parts.append(
-                f"<tr><td>{h.share:.0%}</td><td>{e(h.where)}</td><td>{e(h.state)}</td>"
+                f"<tr><td>{h.share:.0%}</td><td>{e(where_words(h.where))}</td>"
+                f"<td>{e(state_words(h.state))}</td>"
                 f"<td><code>{e(h.file)}:{h.line}</code></td><td><code>{e(h.code)}</code></td></tr>"
             )
         parts.append("</table>")
@@ -243,34 +265,76 @@ def trial_part(t: dict[str, Any]) -> list[str]:
     """A trial this run ended: what was applied, both sides' rates, the verdict."""
     e = html.escape
     low, high = t["ci95"]
-    unit = t["baseline"].get("unit", "steps") + "/s"
+    unit = unit_words(t["baseline"].get("unit", "steps"))
     out = [
-        "<h2>Trial</h2>",
-        f"<p><b>{e(t['verdict'])}</b>: speedup {t['speedup']:.2f}x "
-        f"(95% interval {low:.2f}x to {high:.2f}x)</p>",
+        "<h2>" + e(_("Trial")) + "</h2>",
+        f"<p><b>{e(verdict_words(t['verdict']))}</b>: "
+        + e(
+            _("speedup {speedup:.2f}x (95% interval {low:.2f}x to {high:.2f}x)").format(
+                speedup=t["speedup"], low=low, high=high
+            )
+        )
+        + "</p>",
         "<ul>",
     ]
     for c in t.get("applied", []):
-        out.append(f"<li>applied <code>{e(c['remedy'])}</code>: {e(c.get('change', ''))}</li>")
-    for side in ("baseline", "treatment"):
         out.append(
-            f"<li>{side}: {t[side]['samples_per_s']:.1f} {e(unit)}, sessions "
-            f"{', '.join(str(i) for i in t[side]['sessions'])}</li>"
+            "<li>"
+            + e(_("applied"))
+            + f" <code>{e(c['remedy'])}</code>: {e(c.get('change', ''))}</li>"
         )
+    for side in ("baseline", "treatment"):
+        sessions = ", ".join(str(i) for i in t[side]["sessions"])
+        out.append(
+            "<li>"
+            + e(
+                _("{side}: {rate:.1f} {unit}, sessions {sessions}").format(
+                    side=side_words(side), rate=t[side]["samples_per_s"], unit=unit,
+                    sessions=sessions,
+                )
+            )
+            + "</li>"
+        )  # fmt: skip
     p = t.get("predicted") or {}
     if p.get("low") is not None:
-        out.append(f"<li>predicted: {p['low']:.2f}x to {p['high']:.2f}x ({e(p['basis'])})</li>")
+        out.append(
+            "<li>"
+            + e(
+                _("predicted: {low:.2f}x to {high:.2f}x ({basis})").format(
+                    low=p["low"], high=p["high"], basis=p["basis"]
+                )
+            )
+            + "</li>"
+        )
     loss = t.get("loss")
     if loss and any(c.get("changes_numerics") for c in t.get("applied", [])):
-        verdict = "within" if loss["within"] else "outside"
         treated, tolerance = loss["treatment_mean"], loss["tolerance"]
-        out.append(
-            f"<li>changes numerics: mean loss over the first {loss['steps']} steps "
-            f"{loss['baseline_mean']:.4g} as it was, "
-            f"{'not finite' if treated is None else f'{treated:.4g}'} with it, {verdict} the "
-            f"tolerance ({'none' if tolerance is None else f'{tolerance:.1%}'})</li>"
+        words = (
+            _(
+                "changes numerics: mean loss over the first {steps} steps {before:.4g} as it "
+                "was, {after} with it, within the tolerance ({tolerance})"
+            )
+            if loss["within"]
+            else _(
+                "changes numerics: mean loss over the first {steps} steps {before:.4g} as it "
+                "was, {after} with it, outside the tolerance ({tolerance})"
+            )
         )
-    out.append(f"<li>treatment: <code>{e(str(t.get('treatment_shown', '')))}</code></li>")
+        out.append(
+            "<li>"
+            + e(
+                words.format(
+                    steps=loss["steps"],
+                    before=loss["baseline_mean"],
+                    after=_("not finite") if treated is None else f"{treated:.4g}",
+                    tolerance=_("none") if tolerance is None else f"{tolerance:.1%}",
+                )
+            )
+            + "</li>"
+        )
+    out.append(
+        "<li>" + e(_("treatment:")) + f" <code>{e(str(t.get('treatment_shown', '')))}</code></li>"
+    )
     out.append("</ul>")
     return out
 
@@ -278,25 +342,34 @@ def trial_part(t: dict[str, Any]) -> list[str]:
 def tune_part(t: dict[str, Any]) -> list[str]:
     """A batch-size search this run ended: the sizes tried, what each did, the answer."""
     e = html.escape
+    head_row = (
+        _("batch size"), _("result"), _("samples/s"), _("peak memory"), _("session"),
+    )  # fmt: skip
     out = [
-        "<h2>Batch-size search (tune)</h2>",
-        f"<p>largest that fits: <b>{t['largest_fitting']}</b>; fastest: "
-        f"<b>{t['fastest']}</b>; stopped by: {e(str(t['stopped_by']))}</p>",
-        "<table><tr><th>batch size</th><th>result</th><th>samples/s</th>"
-        "<th>peak memory</th><th>session</th></tr>",
+        "<h2>" + e(_("Batch-size search (tune)")) + "</h2>",
+        "<p>"
+        + _("largest that fits: {largest}; fastest: {fastest}; stopped by: {why}").format(
+            largest=f"<b>{t['largest_fitting']}</b>",
+            fastest=f"<b>{t['fastest']}</b>",
+            why=e(str(t["stopped_by"])),
+        )
+        + "</p>",
+        "<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in head_row) + "</tr>",
     ]
     sessions = t.get("sessions") or {}
     for tried in t["tries"]:
         rate = tried["samples_per_s"]
         peak = tried["peak_bytes"]
         out.append(
-            f"<tr><td>{tried['batch_size']}</td><td>{e(str(tried['reason']))}</td>"
+            f"<tr><td>{tried['batch_size']}</td><td>{e(reason_words(str(tried['reason'])))}</td>"
             f"<td>{rate if rate is not None else ''}</td>"
             f"<td>{f'{peak / 2**20:.0f} MiB' if peak else ''}</td>"
             f"<td>{sessions.get(str(tried['batch_size']), '')}</td></tr>"
         )
     out.append("</table>")
-    out.append(f"<p>command: <code>{e(' '.join(t.get('command') or []))}</code></p>")
+    out.append(
+        "<p>" + e(_("command:")) + f" <code>{e(' '.join(t.get('command') or []))}</code></p>"
+    )
     return out
 
 
@@ -306,37 +379,44 @@ def compare_page(outcome: str, runs: list[tuple[int, RunSeries]]) -> str:
     e = html.escape
     (a_id, a), (b_id, b) = runs
     # the baseline first, as the command line has them (a session against itself too)
-    labels = [f"baseline (session {a_id})", f"treatment (session {b_id})"]
+    labels = [
+        _("baseline (session {session})").format(session=a_id),
+        _("treatment (session {session})").format(session=b_id),
+    ]
     parts = [
-        *head(f"gpudoctor compare, sessions {a_id} and {b_id}"),
-        f"<h1>gpudoctor compare: session {a_id} against session {b_id}</h1>",
+        *head(_("gpudoctor compare, sessions {a} and {b}").format(a=a_id, b=b_id)),
+        "<h1>"
+        + e(_("gpudoctor compare: session {a} against session {b}").format(a=a_id, b=b_id))
+        + "</h1>",
         f"<pre>{e(outcome.strip())}</pre>",
-        "<h2>The two runs over time</h2>",
-        "<p>Each from its own start; the grey dashed lines: where each run ended.</p>",
+        "<h2>" + e(_("The two runs over time")) + "</h2>",
+        "<p>"
+        + e(_("Each from its own start; the grey dashed lines: where each run ended."))
+        + "</p>",
     ]
     end = max(a.until_s, b.until_s, 1.0)
     ends = [
-        (f"{label} ended", s.ended_at_s)
-        for label, (_, s) in zip(labels, runs, strict=True)
+        (_("{run} ended").format(run=label), s.ended_at_s)
+        for label, (_id, s) in zip(labels, runs, strict=True)
         if s.ended_at_s is not None
     ]
     both_samples = bool(a.samples_per_s and b.samples_per_s)
 
     def overlay(title: str, y_title: str, line: Callable[[RunSeries], list[Point]]) -> None:
-        data = {label: line(s) for label, (_, s) in zip(labels, runs, strict=True)}
+        data = {label: line(s) for label, (_id, s) in zip(labels, runs, strict=True)}
         if any(data.values()):
             parts.append(f'<div class="chart">{chart(title, y_title, data, ends, end)}</div>')
 
-    overlay("Step time, median", "ms", lambda s: s.step_p50_ms)
+    overlay(_("Step time, median"), "ms", lambda s: s.step_p50_ms)
     if both_samples:
-        overlay("Samples a second", "samples/s", lambda s: s.samples_per_s)
+        overlay(_("Samples a second"), _("samples/s"), lambda s: s.samples_per_s)
     else:
-        overlay("Steps a second", "steps/s", lambda s: s.steps_per_s)
-    overlay("Waiting for data", "% of step time", lambda s: s.data_wait_pct)
-    overlay("GPU utilisation, mean over the GPUs", "%", lambda s: mean_over(s.gpu_util_pct))
-    overlay("GPU memory used, all GPUs", "GiB", lambda s: sum_over(s.gpu_mem_gib))
-    overlay("CPU", "% of the machine", lambda s: s.cpu_pct)
-    overlay("The job's CPU", "cores", lambda s: s.job_cpu_cores)
+        overlay(_("Steps a second"), _("steps/s"), lambda s: s.steps_per_s)
+    overlay(_("Waiting for data"), _("% of step time"), lambda s: s.data_wait_pct)
+    overlay(_("GPU utilisation, mean over the GPUs"), "%", lambda s: mean_over(s.gpu_util_pct))
+    overlay(_("GPU memory used, all GPUs"), "GiB", lambda s: sum_over(s.gpu_mem_gib))
+    overlay("CPU", _("% of the machine"), lambda s: s.cpu_pct)
+    overlay(_("The job's CPU"), _("cores"), lambda s: s.job_cpu_cores)
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from gpudoctor.diagnosis.hotspots import whose_words
 from gpudoctor.i18n import _, ngettext
-from gpudoctor.prescribe.batch_size import SAFETY_MARGIN, Found
+from gpudoctor.prescribe.batch_size import SAFETY_MARGIN, Found, reason_words
 from gpudoctor.prescribe.predict import Prediction
 from gpudoctor.prescribe.trial import Comparison, TrialResult
 from gpudoctor.prescribe.visit import FixResult, FixStep
@@ -237,10 +237,20 @@ def markdown(report: Report) -> str:
 
 
 def profile_title(p: Profile, heading: bool = False) -> str:
-    unit = "self device" if p.sort == "device" else "self CPU"
+    device = p.sort == "device"
     if heading:
-        return f"Profile ({p.steps} steps, top operators by {unit} time)"
-    return f"profile of {p.steps} steps, top operators by {unit} time"
+        words = (
+            _("Profile ({steps} steps, top operators by self device time)")
+            if device
+            else _("Profile ({steps} steps, top operators by self CPU time)")
+        )
+    else:
+        words = (
+            _("profile of {steps} steps, top operators by self device time")
+            if device
+            else _("profile of {steps} steps, top operators by self CPU time")
+        )
+    return words.format(steps=p.steps)
 
 
 def _steps_words(report: Report) -> str:
@@ -427,7 +437,7 @@ def tune_text(found: Found) -> str:
 
 def tune_markdown(found: Found) -> str:
     rows = "\n".join(
-        f"| {t.batch_size} | {t.reason} | {t.as_dict()['samples_per_s'] or ''} |"
+        f"| {t.batch_size} | {reason_words(t.reason)} | {t.as_dict()['samples_per_s'] or ''} |"
         for t in found.tries
     )
     return (

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudoctor import run_folders
+from gpudoctor.i18n import _
 from gpudoctor.model import COUNTER_NAMES, HotspotChunk, StackChunk
 
 RATE_HZ = 20  # DESIGN.md section 7: non-blocking, at 20 Hz or less
@@ -176,7 +177,7 @@ def check_access(py_spy: str, pid: int, tries: int = 3) -> None:
     non-blocking read can catch the interpreter mid-change ("Failed to get stack
     traces"): that is tried again."""
     text = ""
-    for _ in range(tries):
+    for _try in range(tries):
         try:
             result = subprocess.run(
                 [py_spy, "dump", "--pid", str(pid), "--nonblocking"],
@@ -185,7 +186,7 @@ def check_access(py_spy: str, pid: int, tries: int = 3) -> None:
                 timeout=20,
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
-            raise AttachError(f"py-spy could not be run ({exc})") from None
+            raise AttachError(_("py-spy could not be run ({why})").format(why=exc)) from None
         if result.returncode == 0:
             return
         text = result.stderr + result.stdout
@@ -200,20 +201,20 @@ def explain_failure(text: str, pid: int) -> str:
     if "permission denied" in low or "operation not permitted" in low:
         scope = ptrace_scope()
         if scope is not None and scope > 0:
-            return (
-                f"py-spy may not read pid {pid}: kernel.yama.ptrace_scope is {scope}, which "
+            return _(
+                "py-spy may not read pid {pid}: kernel.yama.ptrace_scope is {scope}, which "
                 "forbids reading a process that is not your child; run "
                 "`sudo sysctl kernel.yama.ptrace_scope=0`, or run gpudoctor with sudo"
-            )
-        return (
-            f"py-spy may not read pid {pid} (ptrace was refused: the process is not "
+            ).format(pid=pid, scope=scope)
+        return _(
+            "py-spy may not read pid {pid} (ptrace was refused: the process is not "
             "dumpable or belongs to another user); run gpudoctor as root (sudo), or in a "
             "container start it with --cap-add SYS_PTRACE"
-        )
+        ).format(pid=pid)
     if "python version" in low or "python interpreter" in low or "not a python" in low:
-        return f"pid {pid} is not a Python process that py-spy can read"
-    first = next((line for line in text.splitlines() if line.strip()), "no output")
-    return f"py-spy could not read pid {pid}: {first.strip()}"
+        return _("pid {pid} is not a Python process that py-spy can read").format(pid=pid)
+    first = next((line for line in text.splitlines() if line.strip()), _("no output"))
+    return _("py-spy could not read pid {pid}: {first}").format(pid=pid, first=first.strip())
 
 
 def ptrace_scope() -> int | None:

@@ -272,7 +272,7 @@ class LiveApp(DoctorApp):
 
     def on_end(self, job_exit: JobExit | None, error: str | None, snapshot: Snapshot) -> None:
         if error is not None or job_exit is None:
-            self.post_message(SessionFailed(error or "the loop ended without an end"))
+            self.post_message(SessionFailed(error or _("the loop ended without an end")))
         else:
             self.post_message(JobExited(job_exit, snapshot))
 
@@ -295,8 +295,8 @@ class LiveApp(DoctorApp):
             self.exit(self.job_exit)
         # said in the header, where it hides nothing (a toast covered the findings)
         elif self.viewing is not None and message.job_exit.ended_by == "detached":
-            gone = str(getattr(self.source, "gone", "") or "no longer recorded")
-            self.sub_title = f"{gone} · q to quit"
+            gone = str(getattr(self.source, "gone_words", "") or _("no longer recorded"))
+            self.sub_title = gone + _(" · q to quit")
         else:
             e = message.job_exit
             words = ended_words(e.ended_by, e.exit_code, self.source.timeline.watched_pid)

@@ -115,7 +115,7 @@ HOME_HELP: HelpContent = (
 class HomeApp(App[HomeChoice | None]):
     CSS_PATH = "doctor.tcss"
     TITLE = "gpudoctor"
-    SUB_TITLE = "this machine"
+    SUB_TITLE = _("this machine")
     BINDINGS = [
         Binding("enter,w", "watch", _("Watch process")),
         Binding("r", "run", _("Run a command")),

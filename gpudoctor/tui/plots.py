@@ -19,12 +19,29 @@ from textual.containers import Grid, Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 from textual_plotext import PlotextPlot
+from wcwidth import wcwidth
 
 from gpudoctor.i18n import _
-from gpudoctor.series import SPLIT_LABELS, Point, RunSeries, by_time
+from gpudoctor.series import SPLIT_PARTS, Point, RunSeries, by_time, marker_words, split_labels
 
 # the stretches a person can choose: (key, seconds, words); inf: the whole run
-RANGES = (("1", 60.0, "last minute"), ("2", 600.0, "last 10 minutes"), ("3", math.inf, "whole run"))
+RANGES = (("1", 60.0), ("2", 600.0), ("3", math.inf))
+
+
+def range_words(index: int) -> str:
+    return (_("last minute"), _("last 10 minutes"), _("whole run"))[index]
+
+
+ZERO_WIDTH = "\u200b"
+
+
+def plot_text(words: str) -> str:
+    """Words for Plotext, which gives every character one column: each wide (CJK)
+    character followed by a zero-width space, so that the characters Plotext counts are
+    the columns the terminal shows."""
+    return "".join(c + ZERO_WIDTH if wcwidth(c) == 2 else c for c in words)
+
+
 STRIP_RANGE_S = 600.0  # the main screen's plots: the last ten minutes
 MAX_LINES = 8  # lines in one plot (GPUs, cores) beyond which it draws their spread
 PLOT_ROWS = 12  # a plot's height on the plots screen
@@ -80,32 +97,39 @@ class RunPlot(PlotextPlot):
             else:
                 self._built = (key, text)
                 return text
-        return Text(f"{self.title or TITLES[self.kind]}: cannot draw ({self.trouble})", "dim")
+        return Text(
+            _("{title}: cannot draw ({trouble})").format(
+                title=self.title or title_of(self.kind), trouble=self.trouble
+            ),
+            "dim",
+        )
 
     def _draw(self, s: RunSeries | None) -> None:
         plt = self.plt
         plt.clear_figure()
         if s is None or s.empty:
-            plt.title(f"{TITLES[self.kind]}: no readings yet")
-            self.title = TITLES[self.kind]
+            self.title = title_of(self.kind)
+            plt.title(plot_text(_("{title}: no readings yet").format(title=self.title)))
             return
         lines = [line for line in self._lines(s) if line[1]]  # those with readings
         self.title = (
-            TITLES[self.kind] if self.kind != "rate" or not s.samples_per_s else "samples/s"
+            title_of(self.kind) if self.kind != "rate" or not s.samples_per_s else _("samples/s")
         )
-        plt.title(self.title + ("" if lines else ": none measured"))
+        title = self.title if lines else _("{title}: none measured").format(title=self.title)
+        plt.title(plot_text(title))
         until = max(s.until_s, s.since_s + 1.0)
         plt.xlim(s.since_s, until)
         ticks = time_ticks(s.since_s, until)
         plt.xticks([at for at, _ in ticks], [words for _, words in ticks])
-        plt.xlabel("since the start")
+        plt.xlabel(plot_text(_("since the start")))
         top = 0.0
         for name, points, color, fill in lines:
             xs, ys = [x for x, _ in points], [y for _, y in points]
             # a filled area in half blocks: braille's finer fill costs 5-6x (bench/)
             plt.plot(
-                xs, ys, label=name, color=color, marker="sd" if fill else "braille", fillx=fill
-            )
+                xs, ys, label=plot_text(name), color=color, marker="sd" if fill else "braille",
+                fillx=fill,
+            )  # fmt: skip
             top = max([top, *ys])
         if self.kind in PERCENT:
             plt.ylim(0, 100)
@@ -126,15 +150,18 @@ class RunPlot(PlotextPlot):
             return [("p50", s.step_p50_ms, "cyan", False), ("p90", s.step_p90_ms, "magenta", False)]
         if k == "rate":
             rate = s.samples_per_s or s.steps_per_s
-            return [("samples/s" if s.samples_per_s else "steps/s", rate, "green", False)]
+            return [(_("samples/s") if s.samples_per_s else _("steps/s"), rate, "green", False)]
         if k == "wait":
-            return [("data wait %", s.data_wait_pct, "red", True)]
+            return [(_("data wait %"), s.data_wait_pct, "red", True)]
         if k == "split":
             return stacked(s.split_pct)
         if k == "cpu":
             if len(s.cpu_core_pct) <= MAX_LINES:
-                return [(f"core {c}", p, None, False) for c, p in sorted(s.cpu_core_pct.items())]
-            return spread(s.cpu_core_pct, "cores") + [("all", s.cpu_pct, "white", False)]
+                return [
+                    (_("core {n}").format(n=c), p, None, False)
+                    for c, p in sorted(s.cpu_core_pct.items())
+                ]
+            return spread(s.cpu_core_pct, "cores") + [(_("all"), s.cpu_pct, "white", False)]
         by_gpu = {"gpu_util": s.gpu_util_pct, "gpu_mem": s.gpu_mem_gib, "gpu_power": s.gpu_power_w}
         series = by_gpu[k]
         if len(series) <= MAX_LINES:
@@ -143,22 +170,26 @@ class RunPlot(PlotextPlot):
 
 
 PERCENT = ("wait", "split", "gpu_util", "cpu")  # plots from 0 to 100%
-TITLES = {
-    "step": "step time, ms (p50, p90)",
-    "rate": "steps/s",
-    "wait": "waiting for data, % of step",
-    "split": "where a step goes, % (stacked)",
-    "gpu_util": "GPU utilisation, %",
-    "gpu_mem": "GPU memory used, GiB",
-    "gpu_power": "GPU power, W",
-    "cpu": "CPU by core, %",
-}
+
+
+def title_of(kind: str) -> str:
+    """A plot's title (RunPlot.KINDS) in the person's language."""
+    return {
+        "step": _("step time, ms (p50, p90)"),
+        "rate": _("steps/s"),
+        "wait": _("waiting for data, % of step"),
+        "split": _("where a step goes, % (stacked)"),
+        "gpu_util": _("GPU utilisation, %"),
+        "gpu_mem": _("GPU memory used, GiB"),
+        "gpu_power": _("GPU power, W"),
+        "cpu": _("CPU by core, %"),
+    }[kind]
 
 
 def stacked(parts: dict[str, list[Point]]) -> list[tuple[str, list[Point], str | None, bool]]:
     """The step's parts as stacked areas: each part's line is the sum of it and the
     parts before it, drawn from the top down so that each fills down to the next."""
-    order = [k for k in SPLIT_LABELS if k in parts]
+    order = [k for k in SPLIT_PARTS if k in parts]
     totals: dict[float, float] = {}
     cumulative: list[tuple[str, list[Point]]] = []
     for k in order:
@@ -167,18 +198,25 @@ def stacked(parts: dict[str, list[Point]]) -> list[tuple[str, list[Point], str |
             totals[x] = totals.get(x, 0.0) + y
             line.append((x, round(totals[x], 1)))
         cumulative.append((k, line))
-    return [(SPLIT_LABELS[k], line, SPLIT_COLORS[k], True) for k, line in reversed(cumulative)]
+    names = split_labels()
+    return [(names[k], line, SPLIT_COLORS[k], True) for k, line in reversed(cumulative)]
 
 
 def spread(
     series: dict[int, list[Point]], what: str
 ) -> list[tuple[str, list[Point], str | None, bool]]:
     """Many lines (a 64-core host, a 16-GPU node) as their lowest and highest at each
-    time: one line each would be unreadable."""
+    time: one line each would be unreadable. `what`: "cores" or "GPUs"."""
     at = by_time(series)
+    n = len(series)
+    highest, lowest = (
+        (_("highest of {n} cores"), _("lowest of {n} cores"))
+        if what == "cores"
+        else (_("highest of {n} GPUs"), _("lowest of {n} GPUs"))
+    )
     return [
-        (f"highest of {len(series)} {what}", [(x, max(ys)) for x, ys in at], "red", False),
-        (f"lowest of {len(series)} {what}", [(x, min(ys)) for x, ys in at], "blue", False),
+        (highest.format(n=n), [(x, max(ys)) for x, ys in at], "red", False),
+        (lowest.format(n=n), [(x, min(ys)) for x, ys in at], "blue", False),
     ]
 
 
@@ -221,33 +259,33 @@ def numbered_markers(s: RunSeries) -> list[tuple[int, str, float]]:
     """The markers as (number, words, seconds): those closer than a fiftieth of the
     stretch share a number (one place on a plot: findings first raised together)."""
     near = max(1.0, (s.until_s - s.since_s) / 50)
-    groups: list[tuple[list[str], float]] = []
-    for label, at in s.markers():
+    groups: list[tuple[list[tuple[str, str]], float]] = []
+    for kind, what, at in s.markers():
         if groups and at - groups[-1][1] < near:
-            groups[-1][0].append(label)
+            groups[-1][0].append((kind, what))
         else:
-            groups.append(([label], at))
-    return [(n, joined(labels), at) for n, (labels, at) in enumerate(groups, start=1)]
+            groups.append(([(kind, what)], at))
+    return [(n, joined(markers), at) for n, (markers, at) in enumerate(groups, start=1)]
 
 
-def joined(labels: list[str]) -> str:
+def joined(markers: list[tuple[str, str]]) -> str:
     """Markers at one place in words: "a, b first seen; profile"."""
-    found = [label.removesuffix(" first seen") for label in labels if label.endswith(" first seen")]
-    rest = [label for label in labels if not label.endswith(" first seen")]
-    return "; ".join(([", ".join(found) + " first seen"] if found else []) + rest)
+    seen = [what for kind, what in markers if kind == "seen"]
+    rest = [marker_words(kind) for kind, _what in markers if kind != "seen"]
+    return "; ".join(([marker_words("seen", ", ".join(seen))] if seen else []) + rest)
 
 
-def marker_words(s: RunSeries | None) -> Text:
+def markers_legend(s: RunSeries | None) -> Text:
     """The numbered markers' legend (the plots carry the numbers)."""
     out = Text()
     if s is None:
         return out
     for n, words, at in numbered_markers(s):
         out.append(f"{n}", "bold")
-        out.append(f" {words} at {at:.0f} s   ")
+        out.append(" " + _("{words} at {at:.0f} s").format(words=words, at=at) + "   ")
     if s.cursor_s is not None:
-        out.append("yellow line", "yellow")
-        out.append(f": the replay's position ({s.cursor_s:.0f} s)")
+        out.append(_("yellow line"), "yellow")
+        out.append(_(": the replay's position ({at:.0f} s)").format(at=s.cursor_s))
     return out
 
 
@@ -317,16 +355,17 @@ class PlotsScreen(Screen[None]):
             return  # each snapshot brings the same series until it is drawn again
         self.series = series
         self._drawn = (series, self.range_index)
-        _key, _span, words = RANGES[self.range_index]
-        shown = ""
+        words = range_words(self.range_index)
         if series is not None:
-            shown = f" ({series.since_s:.0f} s to {series.until_s:.0f} s)"
+            words += _(" ({since:.0f} s to {until:.0f} s)").format(
+                since=series.since_s, until=series.until_s
+            )
         self.query_one("#plots-range", Static).update(
-            Text.assemble(("  " + words + shown, "bold"), "   1 last minute  2 last 10 min  3 all")
+            Text.assemble(("  " + words, "bold"), _("   1 last minute  2 last 10 min  3 all"))
         )
         for plot in self.query(RunPlot):
             plot.draw(series)
-        self.query_one("#plots-markers", Static).update(marker_words(series))
+        self.query_one("#plots-markers", Static).update(markers_legend(series))
 
     def action_scroll_plots(self, by: float) -> None:
         """Down or up a few rows, or (a fraction) most of a screen."""

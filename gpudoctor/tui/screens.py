@@ -25,6 +25,7 @@ from gpudoctor.prescribe.predict import Prediction
 from gpudoctor.redact import redact_text
 from gpudoctor.terminal import OutputLine
 from gpudoctor.tui.widgets import styled
+from gpudoctor.units import pad
 
 
 class FindingScreen(Screen[None]):
@@ -256,13 +257,13 @@ class RanksScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         if not self.ranks:
-            body = Text("one process: no ranks to compare (a distributed job shows each here)")
+            body = Text(_("one process: no ranks to compare (a distributed job shows each here)"))
         else:
             room = max(3, (self.app.size.height or 24) - 6)
-            lines = [display.RANK_HEADER, *display.rank_rows(self.ranks, room)]
+            lines = [display.rank_header(), *display.rank_rows(self.ranks, room)]
             body = Text("\n".join(lines))
         with Vertical(id="ranks-box"):
-            yield Static(Text(f"ranks ({len(self.ranks)})", "bold"))
+            yield Static(Text(_("ranks ({n})").format(n=len(self.ranks)), "bold"))
             yield Static(body, id="ranks-table")
         yield Footer()
 
@@ -278,8 +279,12 @@ class OutputScreen(Screen[None]):
         self.path = path
 
     def compose(self) -> ComposeResult:
-        where = f"the job's output ({self.path})" if self.path else "the job's output"
-        body = styled(self.lines) if self.lines else Text("(nothing yet)")
+        where = (
+            _("the job's output ({path})").format(path=self.path)
+            if self.path
+            else _("the job's output")
+        )
+        body = styled(self.lines) if self.lines else Text(_("(nothing yet)"))
         with VerticalScroll(id="output-full"):
             yield Static(Text(where, "bold"))
             yield Static(body)
@@ -302,7 +307,10 @@ class ProfileScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="output-full"):
             yield Static(
-                Text(f"capturing {self.steps} steps with torch.profiler…", "dim"),
+                Text(
+                    _("capturing {steps} steps with torch.profiler…").format(steps=self.steps),
+                    "dim",
+                ),
                 id="profile-table",
             )
         yield Footer()
@@ -326,16 +334,18 @@ def profile_text(profile: dict[str, Any]) -> Text:
     device = profile.get("sort") == "device"
     key = "self_device_time_total_us" if device else "self_cpu_time_total_us"
     text = Text()
-    text.append(
-        f"torch.profiler over {profile.get('steps')} steps: top operators by "
-        f"{'self device' if device else 'self CPU'} time\n\n",
-        "bold",
+    title = (
+        _("torch.profiler over {steps} steps: top operators by self device time")
+        if device
+        else _("torch.profiler over {steps} steps: top operators by self CPU time")
     )
-    text.append(f"{'self us':>12}  {'calls':>7}  operator\n", "bold")
+    text.append(title.format(steps=profile.get("steps")) + "\n\n", "bold")
+    head = (pad(_("self us"), 12, right=True), pad(_("calls"), 7, right=True), _("operator"))
+    text.append("  ".join(head) + "\n", "bold")
     for op in profile.get("operators", []):
         text.append(f"{op[key]:>12,.0f}  {op['calls']:>7}  {op['name']}\n")
     if profile.get("trace"):
-        text.append(f"\ntrace: {profile['trace']}", "dim")
+        text.append("\n" + _("trace: {path}").format(path=profile["trace"]), "dim")
     return text
 
 

@@ -15,6 +15,7 @@ from gpudoctor.i18n import _
 from gpudoctor.model import Finding, GpuProcess, GpuSample
 from gpudoctor.prescribe.how import how
 from gpudoctor.redact import redact_text
+from gpudoctor.report.build import gpu_reason_words
 from gpudoctor.snapshot import Snapshot
 from gpudoctor.terminal import OutputLine
 from gpudoctor.units import cell_width, crop, ms_text, rate_text
@@ -72,7 +73,7 @@ class GpuPanel(Panel):
 
     def render_snapshot(self, s: Snapshot) -> Text:
         if not s.gpus:
-            reason = s.gpu_reason or _("no GPU readings yet")
+            reason = gpu_reason_words(s.gpu_reason) if s.gpu_reason else _("no GPU readings yet")
             return Text(_("CPU-only mode: {reason}").format(reason=reason), "dim")
         width = (self.size.width or 80) - 4
         room = self.room()
@@ -297,7 +298,7 @@ class OutputPanel(Panel):
         tail = s.output_tail[-lines:]
         if not tail:
             if s.mode == "watch":
-                return Text("(a watched job writes to its own terminal)", "dim")
+                return Text(_("(a watched job writes to its own terminal)"), "dim")
             words = _("(no output yet)") if s.output_path else _("(output not recorded)")
             return Text(words, "dim")
         return styled(tail)

@@ -78,7 +78,7 @@ class WorkApp(App[None], Generic[R]):
         log = self.query_one(RichLog)
         for line in self.outcome(result).strip("\n").splitlines():
             log.write(Text(line))
-        log.write(Text("q to quit"))
+        log.write(Text(_("q to quit")))
 
     def action_close(self) -> None:
         if self.result is None and self.error is None:
