@@ -94,7 +94,9 @@ def private_folder(path: Path, tighten: bool) -> str | None:
     mode = path.stat().st_mode & 0o777
     if mode & 0o077 and tighten and path.stat().st_uid == os.getuid():
         os.chmod(path, 0o700)
-        return f"{path} could be entered by other users (mode {mode:o}): now owner-only (700)"
+        return _(
+            "{path} could be entered by other users (mode {mode:o}): now owner-only (700)"
+        ).format(path=path, mode=mode)
     return None
 
 
@@ -491,14 +493,16 @@ def _private_store(path: Path, explicit: bool) -> str | None:
     if not mode & 0o077:
         return None
     if explicit or path.stat().st_uid != os.getuid():
-        return (
-            f"the session store {path} can be read by other users (mode {mode:o}); kept "
-            "as you chose it (chmod 600 it to make it private)"
-        )
+        return _(
+            "the session store {path} can be read by other users (mode {mode:o}); kept as you "
+            "chose it (chmod 600 it to make it private)"
+        ).format(path=path, mode=mode)
     for part in (path, Path(f"{path}-wal"), Path(f"{path}-shm"), Path(f"{path}-journal")):
         with contextlib.suppress(FileNotFoundError):
             os.chmod(part, 0o600)
-    return f"the session store {path} was readable by other users (mode {mode:o}): now 600"
+    return _(
+        "the session store {path} was readable by other users (mode {mode:o}): now 600"
+    ).format(path=path, mode=mode)
 
 
 # -- records: the one path from a stored row back into a timeline -------------------------

@@ -356,3 +356,36 @@ def test_help_and_errors_from_below_the_command_line_in_chinese() -> None:
         lines = proc.stderr.strip().splitlines()
         assert proc.returncode == code and words in lines[-1], proc.stderr
         assert "Traceback" not in proc.stderr
+
+
+def test_no_function_binds_the_name_it_translates_with() -> None:
+    """`x, _, y = s.partition(":")` in a function that also calls `_()` makes `_` a local
+    there: the call raises (UnboundLocalError, or a str called). Twice so far (a bad
+    --metrics address, a CPU job's speed of light); ruff does not see it."""
+    import ast
+
+    found = []
+    for path in sorted((ROOT / "gpudoctor").rglob("*.py")):
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            binds, calls = False, False
+            todo: list[ast.AST] = list(ast.iter_child_nodes(fn))
+            while todo:
+                node = todo.pop()
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                    continue  # a scope of its own
+                if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+                    calls = calls or any(
+                        isinstance(n, ast.Call) and getattr(n.func, "id", None) == "_"
+                        for n in ast.walk(node)
+                    )
+                    continue  # its loop variables are its own
+                if isinstance(node, ast.Name) and node.id == "_":
+                    binds = binds or isinstance(node.ctx, ast.Store)
+                if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "_":
+                    calls = True
+                todo += ast.iter_child_nodes(node)
+            if binds and calls:
+                found.append(f"{path.relative_to(ROOT)}: {fn.name}")
+    assert found == []

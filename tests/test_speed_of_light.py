@@ -6,6 +6,7 @@ figures through the same arithmetic the report uses."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import textwrap
@@ -199,3 +200,38 @@ def test_the_peak_table_finds_each_gpu_by_the_name_nvml_gives(name: str, source:
 def test_gpus_the_table_does_not_list_are_not_guessed() -> None:
     assert gpu_peaks("NVIDIA A10G") is None  # not an A10, nor an A100
     assert gpu_peaks("NVIDIA L40") is None  # not an L4
+
+
+def test_a_cores_rate_is_measured_once_a_day_for_this_cpu_and_numpy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first run measures and keeps one core's rate; the next reuses it (times the
+    cores it may use then); a day later, or with another numpy, it measures again."""
+    from gpudoctor.sources import cpu_peak
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    measured: list[float] = []
+    real = cpu_peak._best_run
+
+    def counted(np: object, budget_s: float) -> float:
+        measured.append(budget_s)
+        return real(np, budget_s)
+
+    monkeypatch.setattr(cpu_peak, "_best_run", counted)
+    first = cpu_peak.measure(budget_s=0.02)
+    assert first is not None and len(measured) == 1
+    kept = json.loads((tmp_path / "gpudoctor" / "cpu_peak.json").read_text())
+    assert kept["core_tflops"] == pytest.approx(first.tflops / first.cores)
+    again = cpu_peak.measure(budget_s=0.02)
+    assert again == first and len(measured) == 1  # not measured again
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    one_core = cpu_peak.measure(budget_s=0.02)
+    assert one_core is not None and one_core.cores == 1 and len(measured) == 1
+    assert one_core.tflops == pytest.approx(kept["core_tflops"])
+    kept["measured_unix"] -= cpu_peak.CACHE_TTL_S + 1  # a day old
+    (tmp_path / "gpudoctor" / "cpu_peak.json").write_text(json.dumps(kept))
+    assert cpu_peak.measure(budget_s=0.02) is not None and len(measured) == 2
+    monkeypatch.setattr(cpu_peak, "_key", lambda: {"cpu": "other", "numpy": "", "size": "384"})
+    assert cpu_peak.measure(budget_s=0.02) is not None and len(measured) == 3
+    (tmp_path / "gpudoctor" / "cpu_peak.json").write_text("{not json")
+    assert cpu_peak.measure(budget_s=0.02) is not None and len(measured) == 4

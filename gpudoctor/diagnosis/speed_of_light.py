@@ -22,6 +22,7 @@ from typing import Any
 
 from gpudoctor.diagnosis.peaks import gpu_peaks, peak_for
 from gpudoctor.diagnosis.window import Window
+from gpudoctor.i18n import _
 
 REACHABLE = 0.5
 
@@ -65,12 +66,14 @@ def speed_of_light(w: Window) -> SpeedOfLight | None:
     if total <= 0 or step_ms <= 0 or w.estimated:
         return None
     achieved = total / (step_ms / 1e3) / 1e12
-    how = f"FLOPs counted by the probe on step {counted.get('step', '?')} (torch's flop formulas)"
+    how = _("FLOPs counted by the probe on step {step} (torch's flop formulas)").format(
+        step=counted.get("step", "?")
+    )
     peak = _peak(w, kinds, counted)
     if peak is None:
         return SpeedOfLight(
             total, step_ms, achieved, None, None, None, "unknown",
-            f"{how}; no peak known for this device",
+            _("{how}; no peak known for this device").format(how=how),
         )  # fmt: skip
     at_peak_s, device, where = peak
     peak_tflops = total / at_peak_s / 1e12 if at_peak_s > 0 else None
@@ -83,7 +86,7 @@ def speed_of_light(w: Window) -> SpeedOfLight | None:
         mfu=mfu,
         could_take_ms=at_peak_s / REACHABLE * 1e3,
         device=device,
-        basis=f"{how}; peak: {where}",
+        basis=_("{how}; peak: {where}").format(how=how, where=where),
     )
 
 
@@ -101,23 +104,26 @@ def _peak(
         seconds = 0.0
         used: dict[str, float] = {}
         for kind, flops in kinds.items():
-            family, _, dtype = kind.partition(" ")
+            family, _sep, dtype = kind.partition(" ")
             tf32 = bool(counted.get("tf32_conv" if family == "conv" else "tf32_matmul"))
             tflops, key = peak_for(figures, dtype, tf32)
             used[key] = tflops
             seconds += flops / (tflops * 1e12)
         figures_used = ", ".join(f"{k} {v:g} TFLOP/s" for k, v in sorted(used.items()))
-        return seconds, name, f"{name}, dense {figures_used} ({source})"
+        where = _("{name}, dense {figures} ({source})").format(
+            name=name, figures=figures_used, source=source
+        )
+        return seconds, name, where
     peak = w.cpu_peak
     if peak is None:
         return None
     total = sum(kinds.values())
-    where = (
-        f"a {peak.size}x{peak.size} {peak.dtype} matmul the doctor measured on one of this "
-        f"machine's cores before the job started, times its {peak.cores} cores: "
-        f"{peak.tflops * 1e3:.1f} GFLOP/s"
-    )
-    return total / (peak.tflops * 1e12), f"CPU, {peak.cores} cores", where
+    where = _(
+        "a {size}x{size} {dtype} matmul the doctor measured on one of this machine's cores "
+        "(within the last day), times its {cores} cores: {gflops:.1f} GFLOP/s"
+    ).format(size=peak.size, dtype=peak.dtype, cores=peak.cores, gflops=peak.tflops * 1e3)
+    device = _("CPU, {cores} cores").format(cores=peak.cores)
+    return total / (peak.tflops * 1e12), device, where
 
 
 def _job_gpu_name(w: Window) -> str:
