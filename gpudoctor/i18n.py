@@ -46,3 +46,9 @@ def _(message: str) -> str:
 
 def ngettext(singular: str, plural: str, n: int) -> str:
     return _current.ngettext(singular, plural, n)
+
+
+def N_(message: str) -> str:
+    """A message marked for the catalogue and translated later, where it is used
+    (gettext's convention for deferred translations): argparse's own words."""
+    return message

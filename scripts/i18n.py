@@ -23,7 +23,7 @@ PACKAGE = ROOT / "gpudoctor"
 LOCALES = PACKAGE / "locale"
 DOMAIN = "gpudoctor"
 TRANSLATED = ("zh",)  # English is the messages as written
-KEYWORDS = {"_": None, "ngettext": (1, 2)}
+KEYWORDS = {"_": None, "ngettext": (1, 2), "N_": None}
 
 
 def extracted() -> Catalog:

@@ -25,7 +25,7 @@ from gpudoctor.prescribe.predict import Prediction
 from gpudoctor.prescribe.rerun import Change, Treatment
 from gpudoctor.prescribe.trial import Arm, Comparison, TrialResult
 from gpudoctor.prescribe.visit import FixResult, FixStep
-from gpudoctor.report.render import fix_text, trial_text
+from gpudoctor.report.render import fix_markdown, fix_text, trial_markdown, trial_text
 from gpudoctor.units import cell_width
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -150,6 +150,12 @@ def test_fix_and_trial_results_read_in_chinese_and_the_table_lines_up() -> None:
     )
     assert "gpudoctor trial：更快" in trial and "通过脚本参数应用 more-workers" in trial
     assert "加速比 " in trial and "原配置 " in trial and "新配置 " in trial
+    # the Markdown forms too, nothing left in English (commands are in backticks)
+    for written in (fix_markdown(result), trial_markdown(TrialResult(
+        comparison, (workers,), ("python", "t.py"), final.argv, "python t.py --num-workers 2",
+        steps_per_run=40, repeat=2, predicted=Prediction(1.2, 2.0, "x"),
+    ))):  # fmt: skip
+        assert not english_left(re.sub(r"`[^`]*`", " ", written)) - {"gpudoctor fix"}, written
 
 
 def test_the_tui_in_chinese_at_80x24(tmp_path: Path) -> None:
@@ -201,6 +207,10 @@ def test_bad_input_is_one_chinese_line_and_exit_2() -> None:
         (("trial", "--lang", "zh", "--steps", "0", "--", "python", "x.py"), "必须是正数：'0'"),
         (("fix", "--lang=zh"), "没有给出命令"),
         (("fix", "--lang", "zh", "--report", "/tmp/x.txt", "--", "python", "x.py"), "结尾"),
+        # argparse's own words, through the doctor's catalogue
+        (("watch", "--lang", "zh"), "缺少以下参数：--pid"),
+        (("history", "--lang", "zh", "--limit", "x"), "参数 --limit：无效的 int 值：'x'"),
+        (("trial", "--lang", "zh", "--steps"), "参数 --steps：需要一个值"),
     ):
         proc = doctor(*args)
         lines = proc.stderr.strip().splitlines()
@@ -272,6 +282,7 @@ def test_the_html_page_its_charts_trial_and_tune_in_chinese(tmp_path: Path) -> N
     from gpudoctor.prescribe.batch_size import Try, search
     from gpudoctor.report.build import build
     from gpudoctor.report.html import compare_page, page
+    from gpudoctor.report.render import tune_markdown
     from gpudoctor.series import run_series
 
     amp = Change("amp", "probe", "autocast")
@@ -301,6 +312,8 @@ def test_the_html_page_its_charts_trial_and_tune_in_chinese(tmp_path: Path) -> N
         series = run_series(timeline)
         pages[lang] = page(build(timeline, 7, lang), series, [trial], [tune])
         pages[lang + "-compare"] = compare_page("x", [(7, series), (8, series)])
+    tuned = tune_markdown(search(32, try_size))  # in Chinese still (the last language used)
+    assert "| 批大小 | 结果 |" in tuned and not english_left(tuned) - {"gpudoctor tune"}, tuned
     for name in ("zh", "zh-compare"):
         assert '<html lang="zh">' in pages[name]
         assert not english_left(pages[name]), (name, english_left(pages[name]))

@@ -10,23 +10,13 @@ from typing import Any, NoReturn
 
 from gpudoctor import __version__
 from gpudoctor.cli.common import UsageError
-from gpudoctor.i18n import _
+from gpudoctor.i18n import N_, _
 from gpudoctor.output_log import DEFAULT_MAX_MB
 from gpudoctor.units import cell_width
 
 
 class _Formatter(argparse.HelpFormatter):
-    """argparse's own words in the person's language (it marks them for gettext's
-    default domain, which the doctor does not use)."""
-
-    def add_usage(
-        self,
-        usage: str | None,
-        actions: Iterable[argparse.Action],
-        groups: Iterable[argparse._MutuallyExclusiveGroup],
-        prefix: str | None = None,
-    ) -> None:
-        super().add_usage(usage, actions, groups, _("usage: ") if prefix is None else prefix)
+    """Help laid out by display width (CJK characters take two columns)."""
 
     def _format_usage(
         self,
@@ -37,8 +27,9 @@ class _Formatter(argparse.HelpFormatter):
     ) -> str:
         """The usage's later lines under its first's words: argparse indents them by the
         prefix's characters, a terminal shows a Chinese prefix two columns a character."""
+        prefix = _("usage: ") if prefix is None else prefix
         text = super()._format_usage(usage, actions, groups, prefix)
-        extra = " " * (cell_width(prefix or "") - len(prefix or ""))
+        extra = " " * (cell_width(prefix) - len(prefix))
         first, *rest = text.split("\n")
         return "\n".join([first, *(extra + line if line.strip() else line for line in rest)])
 
@@ -77,17 +68,33 @@ def wrap_columns(text: str, width: int) -> list[str]:
     return lines
 
 
+# argparse's own words ("usage: ", its headings, its errors): argparse looks each up
+# through its module's `_` (gettext's default domain, which the doctor does not use);
+# build_parser() points that at the doctor's catalogue, which holds these.
+ARGPARSE_WORDS = (
+    N_("usage: "),
+    N_("positional arguments"),
+    N_("options"),
+    N_("show this help message and exit"),
+    N_("argument %(argument_name)s: %(message)s"),
+    N_("unrecognized arguments: %s"),
+    N_("not allowed with argument %s"),
+    N_("ignored explicit argument %r"),
+    N_("the following arguments are required: %s"),
+    N_("one of the arguments %s is required"),
+    N_("expected one argument"),
+    N_("expected at most one argument"),
+    N_("expected at least one argument"),
+    N_("ambiguous option: %(option)s could match %(matches)s"),
+    N_("invalid %(type)s value: %(value)r"),
+    N_("invalid choice: %(value)r (choose from %(choices)s)"),
+)
+
+
 class _Parser(argparse.ArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", _Formatter)
-        kwargs["add_help"] = False
         super().__init__(*args, **kwargs)
-        self._positionals.title = _("positional arguments")
-        self._optionals.title = _("options")
-        self.add_argument(
-            "-h", "--help", action="help", default=argparse.SUPPRESS,
-            help=_("show this help message and exit"),
-        )  # fmt: skip
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(
@@ -96,6 +103,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    argparse._ = _  # type: ignore[attr-defined]  # argparse's own words: ARGPARSE_WORDS
     cmd_help = _(
         "the job's command; `--` before it is optional: everything from its first word on is "
         "the job's, options included"
