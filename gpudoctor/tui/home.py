@@ -148,7 +148,7 @@ class HomeApp(App[HomeChoice | None]):
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
         table.border_title = _("Processes (GPU holders, Python)")
-        table.add_columns("pid", "user", "CPU", "RSS", "GPU mem", "command")
+        table.add_columns("pid", _("user"), "CPU", "RSS", "GPU mem", _("command"))
         table.focus()
         self.read_machine()
         if self.notice:

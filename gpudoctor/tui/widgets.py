@@ -18,7 +18,7 @@ from gpudoctor.redact import redact_text
 from gpudoctor.report.build import gpu_reason_words
 from gpudoctor.snapshot import Snapshot
 from gpudoctor.terminal import OutputLine
-from gpudoctor.units import cell_width, crop, ms_text, rate_text
+from gpudoctor.units import cell_width, crop, ms_text, pad, rate_text
 
 
 class Panel(Static):
@@ -156,18 +156,22 @@ class GpuPanel(Panel):
     ) -> Text:
         if not procs or rows < 1:
             return out
-        shown = "" if rows >= len(procs) else f"  ({rows} of {len(procs)})"
-        out.append(
-            f"\n   {'pid':<8} {'user':<10} {'GPU mem':>9} {'SM%':>5}  command{shown}", "bold"
+        shown = (
+            ""
+            if rows >= len(procs)
+            else "  " + _("({n} of {total})").format(n=rows, total=len(procs))
         )
+        user, command = pad(_("user"), 10), _("command")
+        head = f"\n   {'pid':<8} {user} {'GPU mem':>9} {'SM%':>5}  {command}"
+        out.append(head + shown, "bold")
         for p in procs[:rows]:
             mine = p.pid in s.job_gpu_pids
             row = (
                 f"\n   {p.pid:<8d} {(p.user or '?')[:10]:<10} "
                 f"{display.mib(p.mem_used_bytes):>9} {display.pct(p.sm_util_pct):>5}  "
             )
-            tag = "<- job " if mine else ""
-            room = max(0, width - len(row) - len(tag))
+            tag = _("<- job ") if mine else ""
+            room = max(0, width - len(row) - cell_width(tag))
             command = redact_text(p.command or "")  # anyone's command line: secrets masked
             out.append(row + tag + command[:room], "bold" if mine else "")
         return out
