@@ -175,18 +175,23 @@ def host_lines(h: HostSample, width: int, core_rows: int = 4) -> list[tuple[str,
                 band(h.cpu_pct),
             )
         )
-    out.append((f"load {h.load_1m:.2f}   iowait {pct(h.iowait_pct, 1)}", ""))
+    load = _("load {load:.2f}   iowait {iowait}")
+    out.append((load.format(load=h.load_1m, iowait=pct(h.iowait_pct, 1)), ""))
     others = h.others_cpu_cores
     if others is not None and others >= 0.25:  # as the host reader starts naming them
         out.append((_("others {cores:.1f} cores").format(cores=others), ""))
     mem_pct = h.mem_used_bytes / h.mem_total_bytes * 100 if h.mem_total_bytes else None
-    out.append(
-        (f"mem  {bar((mem_pct or 0) / 100, 6)} {gib(h.mem_used_bytes)} / {gib(h.mem_total_bytes)}",
-         band(mem_pct))
-    )  # fmt: skip
-    out.append((f"swap {gib(h.swap_used_bytes)} / {gib(h.swap_total_bytes)}", ""))
-    out.append((f"disk r {rate(h.disk_read_bytes_per_s)} w {rate(h.disk_write_bytes_per_s)}", ""))
-    out.append((f"net  rx {rate(h.net_rx_bytes_per_s)} tx {rate(h.net_tx_bytes_per_s)}", ""))
+    mem = _("mem  {bar} {used} / {total}").format(
+        bar=bar((mem_pct or 0) / 100, 6), used=gib(h.mem_used_bytes), total=gib(h.mem_total_bytes)
+    )
+    out.append((mem, band(mem_pct)))
+    swap = _("swap {used} / {total}")
+    out.append((swap.format(used=gib(h.swap_used_bytes), total=gib(h.swap_total_bytes)), ""))
+    disk = _("disk r {read} w {write}")
+    read, write = rate(h.disk_read_bytes_per_s), rate(h.disk_write_bytes_per_s)
+    out.append((disk.format(read=read, write=write), ""))
+    net = _("net  rx {rx} tx {tx}")
+    out.append((net.format(rx=rate(h.net_rx_bytes_per_s), tx=rate(h.net_tx_bytes_per_s)), ""))
     return out
 
 

@@ -102,7 +102,7 @@ def test_a_chinese_locale_runs_the_doctor_in_chinese(tmp_path: Path) -> None:
     said = proc.stdout + proc.stderr
     assert "训练在等待输入数据" in said
     # the summary around it: how the run ended, the step measures, the prediction
-    assert "：会话 " in said and "结束方式 exit，退出码 0" in said, said[-3000:]
+    assert "：会话 " in said and "结束方式 进程退出，退出码 0" in said, said[-3000:]
     assert "每步中位数 " in said and "采用 more-workers 的预测：" in said, said[-3000:]
     found = {f["id"]: f for f in json.loads(report.read_text())["findings"]}
     top = found["input-bound"]

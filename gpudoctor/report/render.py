@@ -36,7 +36,19 @@ def ended_words(ended_by: str | None, exit_code: int | None, watched_pid: int | 
         return _("watched pid {pid} until it ended").format(pid=watched_pid)
     if ended_by == "detached":
         return _("left running")
-    return _("ended by {how}, exit code {code}").format(how=ended_by, code=exit_code)
+    return _("ended by {how}, exit code {code}").format(how=how_words(ended_by), code=exit_code)
+
+
+def how_words(ended_by: str) -> str:
+    """How a job ended (model.EndedBy, a value of the report) in the person's language."""
+    return {
+        "exit": _("exit"),
+        "signal": _("signal"),
+        "oom": _("oom"),
+        "exception": _("exception"),
+        "max-seconds": _("max-seconds"),
+        "steps": _("steps"),
+    }.get(ended_by, ended_by)
 
 
 def summary(report: Report) -> str:

@@ -16,6 +16,7 @@ from gpudoctor.model import Finding, GpuProcess, GpuSample
 from gpudoctor.prescribe.how import how
 from gpudoctor.redact import redact_text
 from gpudoctor.report.build import gpu_reason_words
+from gpudoctor.report.render import how_words
 from gpudoctor.snapshot import Snapshot
 from gpudoctor.terminal import OutputLine
 from gpudoctor.units import cell_width, crop, ms_text, pad, rate_text
@@ -288,7 +289,7 @@ def _ended(s: Snapshot) -> str:
         return _("running")
     if e.ended_by == "detached":
         return _("left running")
-    return _("ended ({how}, exit code {code})").format(how=e.ended_by, code=e.exit_code)
+    return _("ended ({how}, exit code {code})").format(how=how_words(e.ended_by), code=e.exit_code)
 
 
 class OutputPanel(Panel):
