@@ -71,9 +71,9 @@ def reason_words(reason: str) -> str:
         return _("crashed (exit code {code})").format(code=crashed.group(1))
     return {
         "fits": _("fits"),
-        "oom": _("out of memory"),
-        "over memory cap": _("over the memory cap"),
-        "over safety margin": _("over the safety margin"),
+        "oom": _("oom"),
+        "over memory cap": _("over memory cap"),
+        "over safety margin": _("over safety margin"),
     }.get(reason, reason)
 
 
