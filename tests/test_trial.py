@@ -35,7 +35,9 @@ def test_more_workers_through_the_scripts_flag_is_faster(tmp_path: Path) -> None
         "--", PY, str(SAMPLES / "dataloader_bound.py"), "--seconds", "600",
         "--decode-work", "1", "--read-ms", "1",
     )  # fmt: skip
-    proc, result = trial(tmp_path, *job)
+    # three runs a side: with two, the between-run term's Student-t quantile (one or two
+    # degrees of freedom) has read a measured 2.01x as "no better than noise" on a busy CI
+    proc, result = trial(tmp_path, "--repeat", "3", *job)
     assert proc.returncode == 0, proc.stderr[-2000:]
     # without --apply: the top finding's (input-bound) first remedy
     (applied,) = result["applied"]
@@ -52,15 +54,15 @@ def test_more_workers_through_the_scripts_flag_is_faster(tmp_path: Path) -> None
     low, high = result["ci95"]
     assert low <= result["speedup"] <= high and low > 1.0
     assert result["baseline"]["data_wait_fraction"] > result["treatment"]["data_wait_fraction"]
-    # 100 steady steps a run, two runs a side; on a shared machine the steps run while
+    # 100 steady steps a run, three runs a side; on a shared machine the steps run while
     # others took the job's cores may be left out, and are counted there
     busy = result["machine_busy"]
     left = busy["busy_steps"] if busy and busy["left_out"] else {"baseline": 0, "treatment": 0}
     for side in ("baseline", "treatment"):
-        assert sum(r["steps"] for r in result[side]["runs"]) + left[side] == 200, result[side]
+        assert sum(r["steps"] for r in result[side]["runs"]) + left[side] == 300, result[side]
     assert result["baseline"]["unit"] == "samples"
     if not left["baseline"] and not left["treatment"]:
-        assert len(result["baseline"]["sessions"]) == len(result["treatment"]["sessions"]) == 2
+        assert len(result["baseline"]["sessions"]) == len(result["treatment"]["sessions"]) == 3
     # two recorded runs compared (all their steady steps): the ratio of the two sides'
     # rates, an interval around it, and the verdict that interval gives
     base_run = result["baseline"]["runs"][0]["session"]
