@@ -48,6 +48,12 @@ def ngettext(singular: str, plural: str, n: int) -> str:
     return _current.ngettext(singular, plural, n)
 
 
+def pgettext(context: str, message: str) -> str:
+    """`message` where its English is the same as another's and its translation is not
+    (`pgettext("clauses", " and ")` joins clauses, `_(" and ")` joins nouns)."""
+    return _current.pgettext(context, message)
+
+
 def N_(message: str) -> str:
     """A message marked for the catalogue and translated later, where it is used
     (gettext's convention for deferred translations): argparse's own words."""

@@ -23,15 +23,15 @@ PACKAGE = ROOT / "gpudoctor"
 LOCALES = PACKAGE / "locale"
 DOMAIN = "gpudoctor"
 TRANSLATED = ("zh",)  # English is the messages as written
-KEYWORDS = {"_": None, "ngettext": (1, 2), "N_": None}
+KEYWORDS = {"_": None, "ngettext": (1, 2), "N_": None, "pgettext": ((1, "c"), 2)}
 
 
 def extracted() -> Catalog:
     catalog = Catalog(project=DOMAIN, charset="utf-8")
-    for _file, _line, message, _comments, _context in extract_from_dir(
+    for _file, _line, message, _comments, context in extract_from_dir(
         str(PACKAGE), method_map=[("**.py", "python")], keywords=KEYWORDS
     ):
-        catalog.add(message)
+        catalog.add(message, context=context)
     return catalog
 
 

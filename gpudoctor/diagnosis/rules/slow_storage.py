@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpudoctor.diagnosis.rules.input_bound import is_input_bound
 from gpudoctor.diagnosis.window import Window
-from gpudoctor.i18n import _
+from gpudoctor.i18n import _, pgettext
 from gpudoctor.model import Finding, HostSample
 
 # SageMaker Debugger IOBottleneck rule: iowait above io_threshold=50% in more than
@@ -64,7 +64,7 @@ def evaluate(w: Window) -> Finding | None:
         )
     evidence = _(
         "{wait:.0%} of each step waits for data with {signs}, reading {mb:.1f} MB/s from disk."
-    ).format(wait=w.data_wait_fraction, signs=_(" and ").join(signs), mb=read_mb)
+    ).format(wait=w.data_wait_fraction, signs=pgettext("clauses", " and ").join(signs), mb=read_mb)
     return Finding(
         id=ID,
         severity="high" if w.data_wait_fraction > 0.4 else "medium",
