@@ -124,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--version", action="version", version=f"gpudoctor {__version__}",
+        # argparse (3.11) gives this action's default help as a plain string, not through `_`
         help=_("show program's version number and exit"),
     )  # fmt: skip
     parser.add_argument("--store", type=Path, help=store_help)

@@ -19,10 +19,10 @@ from textual.containers import Grid, Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Static
 from textual_plotext import PlotextPlot
-from wcwidth import wcwidth
 
 from gpudoctor.i18n import _
 from gpudoctor.series import SPLIT_PARTS, Point, RunSeries, by_time, marker_words, split_labels
+from gpudoctor.units import cell_width
 
 # the stretches a person can choose: (key, seconds, words); inf: the whole run
 RANGES = (("1", 60.0), ("2", 600.0), ("3", math.inf))
@@ -39,7 +39,7 @@ def plot_text(words: str) -> str:
     """Words for Plotext, which gives every character one column: each wide (CJK)
     character followed by a zero-width space, so that the characters Plotext counts are
     the columns the terminal shows."""
-    return "".join(c + ZERO_WIDTH if wcwidth(c) == 2 else c for c in words)
+    return "".join(c + ZERO_WIDTH if cell_width(c) == 2 else c for c in words)
 
 
 STRIP_RANGE_S = 600.0  # the main screen's plots: the last ten minutes
