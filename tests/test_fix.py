@@ -12,6 +12,11 @@ import pytest
 from conftest import PY, SAMPLES, doctor
 
 from gpudoctor.prescribe.edits import loader_diff
+from gpudoctor.prescribe.predict import Prediction
+from gpudoctor.prescribe.rerun import Change, Treatment
+from gpudoctor.prescribe.trial import Arm, Comparison
+from gpudoctor.prescribe.visit import FixResult, FixStep
+from gpudoctor.report.render import fix_markdown, fix_text
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -154,3 +159,35 @@ def test_no_diff_where_the_change_is_not_local_and_clear(tmp_path: Path, text: s
     script = tmp_path / "train.py"
     script.write_text(text)
     assert loader_diff(script, {"num_workers": 2}, "train.py") is None
+
+
+def test_a_gain_kept_on_a_busy_machine_says_it_may_be_cores_won_from_the_others() -> None:
+    """More workers kept while other processes took the job's cores in every step: the
+    path says who, and that the gain may be a larger share of contested cores, which a
+    quiet machine would not give; a step whose busy steps were left out says only that."""
+    slow = tuple([0.010, 0.012, 0.011, 0.013] * 50)
+    fast = tuple(w / 2 for w in slow)
+
+    def arm(walls: tuple[float, ...], busy: tuple[bool, ...]) -> Arm:
+        return Arm(None, (), walls, 32.0, None, 130, "steps", 200, busy, "stress (pid 7)")
+
+    change = (Change("more-workers", "flag", "--num-workers 0 -> 2"),)
+    guess = Prediction(1.0, 2.0, "")
+
+    def visit(busy: tuple[bool, ...]) -> str:
+        c = Comparison.of([arm(slow, busy)], [arm(fast, busy)])
+        step = FixStep("more-workers", "input-bound", change, guess, c)
+        assert step.kept
+        final = Treatment(("python", "train.py", "--num-workers", "2"), applied=change)
+        result = FixResult(
+            ("python", "train.py"), final, (step,), c, (), "no remedy left", None, 9.0
+        )
+        text = fix_text(result)
+        assert text.count("stress (pid 7)") == 1 and fix_markdown(result).count("pid 7") == 1
+        return text
+
+    throughout = visit((True,) * 200)
+    assert "#1 the machine was busy" in throughout
+    assert "part of its gain may be cores taken from those processes" in throughout
+    left_out = visit((True,) * 50 + (False,) * 150)
+    assert "those steps are left out" in left_out and "part of its gain" not in left_out

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from conftest import PY, SAMPLES, busy_neighbours, doctor
 
+import gpudoctor.app.trial as trials
 import gpudoctor.prescribe.trial as trial_stats
 from gpudoctor.prescribe.rerun import NotApplicable, plan
 from gpudoctor.prescribe.trial import Arm, Comparison, speedup, t975, verdict
@@ -228,6 +229,48 @@ def test_between_run_spread_widens_by_students_t(monkeypatch: pytest.MonkeyPatch
     _, (z_low, z_high) = speedup([b1, b2], [t1, t2])
     assert math.log(high / point) > 1.4 * math.log(z_high / point)
     assert math.log(point / low) > 1.4 * math.log(point / z_low)
+
+
+def test_runs_that_read_a_change_their_interval_cannot_tell_get_another_pair() -> None:
+    """Two runs a side that read 1.5x but differ between themselves by 1.5x: the interval
+    holds 1, so the trial runs another pair (continuing B T T B with B T T B), until it
+    decides, the extra pairs allowed are spent, or there is no time left for one."""
+    base = [arm([0.010] * 200), arm([0.015] * 200)]
+    treat = [arm([0.010 / 1.5] * 200), arm([0.015 / 1.5] * 200)]
+    said: list[str] = []
+    orders: list[list[str]] = []
+
+    def run_pair(order: list[str]) -> Comparison | None:
+        orders.append(order)
+        for side in order:
+            (treat if side == "treatment" else base).append(
+                arm([0.0125 / 1.5] * 200 if side == "treatment" else [0.0125] * 200)
+            )
+        return Comparison.of(base, treat)
+
+    first = Comparison.of(base, treat)
+    assert first.speedup == pytest.approx(1.5, rel=0.01)
+    assert first.ci95[0] < 1.0 < first.ci95[1] and first.verdict == "no better than noise"
+    assert trial_stats.undecided(first.speedup, first.ci95)
+    c, extra = trials.settle(first, 2, 2, run_pair, said.append)
+    # one more pair still held 1 (0.93-2.40); the second decided
+    assert extra == 2 and orders == [["baseline", "treatment"], ["treatment", "baseline"]]
+    assert c.verdict == "faster" and c.ci95[0] > 1.0 and len(said) == 2
+    assert "the runs read 1.50x but their interval" in said[0] and "(1 of at most 2)" in said[0]
+    # at most the pairs allowed; none when there is no time left
+    base[:], treat[:] = base[:2], treat[:2]
+    orders.clear()
+    c, extra = trials.settle(first, 2, 1, run_pair, said.append)
+    assert extra == 1 and c.verdict == "no better than noise" and len(orders) == 1
+    base[:], treat[:] = base[:2], treat[:2]
+    orders.clear()
+    assert trials.settle(first, 2, 0, run_pair, said.append) == (first, 0)
+    assert trials.settle(first, 2, 2, lambda order: None, said.append) == (first, 0)
+    assert orders == []
+    # runs that read about no change are decided by it: no extra pair
+    same = Comparison.of([arm([0.010] * 200), arm([0.013] * 200)], [arm([0.0118] * 200)] * 2)
+    assert same.ci95[0] < 1.0 < same.ci95[1] and not trial_stats.undecided(same.speedup, same.ci95)
+    assert trials.settle(same, 2, 2, run_pair, said.append) == (same, 0) and orders == []
 
 
 def test_plan_names_the_flag_the_probe_or_says_it_cannot() -> None:

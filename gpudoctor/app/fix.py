@@ -11,8 +11,8 @@ The remedies that need an edit are collected as words (what to change, by hand).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -24,6 +24,7 @@ from gpudoctor.app.trial import (
     cores_of,
     rate_words,
     run_arm,
+    settle,
 )
 from gpudoctor.diagnosis.engine import diagnose
 from gpudoctor.i18n import _
@@ -32,7 +33,7 @@ from gpudoctor.model import Finding
 from gpudoctor.prescribe.edits import loader_diff, script_of
 from gpudoctor.prescribe.predict import Prediction, predict
 from gpudoctor.prescribe.rerun import NotApplicable, Treatment, plan
-from gpudoctor.prescribe.trial import Arm, Comparison
+from gpudoctor.prescribe.trial import EXTRA_PAIRS, Arm, Comparison
 from gpudoctor.prescribe.visit import FixResult, FixStep
 from gpudoctor.redact import redact_argv
 from gpudoctor.report.render import numerics_words, side_words, verdict_words, via_words
@@ -47,6 +48,7 @@ class FixRequest:
     steps: int = 100  # steady steps measured in each run
     repeat: int = 2  # runs a side in each trial
     lang: str = "en"
+    extra_pairs: int = EXTRA_PAIRS  # at most, in each trial (app/trial.py's settle)
 
 
 def fix(
@@ -69,6 +71,13 @@ def fix(
             "  " + _("{steps} steps, {rate}").format(steps=len(arm.walls_s), rate=rate_words(arm))
         )
         return job, arm
+
+    def pair_affordable() -> bool:
+        """Time left in the budget for another pair of runs (app/trial.py's settle)."""
+        if time.monotonic() - started + 2 * (sum(runs) / len(runs)) <= request.budget_s:
+            return True
+        progress("  " + _("the budget leaves no time for another pair of runs"))
+        return False
 
     current = Treatment(tuple(argv))
     first_job, first_arm = run("baseline", current)
@@ -117,16 +126,15 @@ def fix(
                 span=prediction.words(), basis=prediction.basis
             )
         )
-        treat_arms: list[Arm] = []
-        last: LaunchedJob | None = None
-        for side in arm_order(request.repeat):
-            if side == "treatment":
-                last, arm = run("treatment", treatment)
-                treat_arms.append(arm)
-            else:
-                _job, arm = run("baseline", current)
-                base_arms.append(arm)
-        comparison = Comparison.of(base_arms, treat_arms)
+        sides = _Sides(run, pair_affordable, current, treatment, base_arms)
+        comparison, _extra = settle(
+            sides.run(arm_order(request.repeat)),
+            request.repeat,
+            request.extra_pairs,
+            sides.another_pair,
+            progress,
+        )
+        treat_arms, last = sides.treat_arms, sides.last
         step = FixStep(remedy, finding.id, tuple(new), prediction, comparison)
         steps.append(step)
         lo, hi = comparison.ci95
@@ -163,6 +171,32 @@ def fix(
         final_diff=diff,
         elapsed_s=time.monotonic() - started,
     )
+
+
+@dataclass
+class _Sides:
+    """One trial's runs: the configuration kept so far and the one tried, in an order."""
+
+    run_one: Callable[[str, Treatment], tuple[LaunchedJob, Arm]]
+    affordable: Callable[[], bool]  # time left for another pair
+    baseline: Treatment
+    treatment: Treatment
+    base_arms: list[Arm]
+    treat_arms: list[Arm] = field(default_factory=list)
+    last: LaunchedJob | None = None  # the last treatment run
+
+    def run(self, order: list[str]) -> Comparison:
+        for side in order:
+            if side == "treatment":
+                self.last, arm = self.run_one("treatment", self.treatment)
+                self.treat_arms.append(arm)
+            else:
+                _job, arm = self.run_one("baseline", self.baseline)
+                self.base_arms.append(arm)
+        return Comparison.of(self.base_arms, self.treat_arms)
+
+    def another_pair(self, order: list[str]) -> Comparison | None:
+        return self.run(order) if self.affordable() else None
 
 
 def _candidates(

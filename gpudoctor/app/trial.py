@@ -22,7 +22,16 @@ from gpudoctor.i18n import _
 from gpudoctor.jobs import LaunchedJob
 from gpudoctor.prescribe.predict import Prediction, predict
 from gpudoctor.prescribe.rerun import NotApplicable, Treatment, plan
-from gpudoctor.prescribe.trial import TRIAL_WARMUP_STEPS, Arm, Comparison, TrialResult, arm_of
+from gpudoctor.prescribe.trial import (
+    EXTRA_PAIRS,
+    TRIAL_WARMUP_STEPS,
+    Arm,
+    Comparison,
+    TrialResult,
+    arm_of,
+    pair_order,
+    undecided,
+)
 from gpudoctor.probe import ENV_OVERRIDES
 from gpudoctor.redact import redact_argv
 from gpudoctor.report.render import side_words, via_words
@@ -40,6 +49,7 @@ class TrialRequest:
     steps: int = 100  # steady steps measured in each run
     repeat: int = 2  # runs a side
     lang: str = "en"
+    extra_pairs: int = EXTRA_PAIRS  # at most, while the interval holds 1 (settle)
 
 
 class BaselineFailed(NotPossible):
@@ -112,14 +122,26 @@ def trial(
         progress(
             _("predicted {span}: {basis}").format(span=predicted.words(), basis=predicted.basis)
         )
-    last = None
-    for side in arm_order(request.repeat):
-        if side == "treatment":
-            last = run("treatment", list(treatment.argv), treatment.env)
-        else:
-            run("baseline", command, {})
+    last: LaunchedJob | None = None
+
+    def run_sides(order: list[str]) -> Comparison:
+        nonlocal last
+        for side in order:
+            if side == "treatment":
+                last = run("treatment", list(treatment.argv), treatment.env)
+            else:
+                run("baseline", command, {})
+        return Comparison.of(arms["baseline"], arms["treatment"])
+
+    comparison, extra = settle(
+        run_sides(arm_order(request.repeat)),
+        request.repeat,
+        request.extra_pairs,
+        run_sides,
+        progress,
+    )
     result = TrialResult(
-        comparison=Comparison.of(arms["baseline"], arms["treatment"]),
+        comparison=comparison,
         applied=tuple(treatment.applied),
         baseline_command=tuple(command),
         treatment_command=tuple(treatment.argv),
@@ -127,6 +149,7 @@ def trial(
         treatment_shown=treatment.shown(),
         steps_per_run=request.steps,
         repeat=request.repeat,
+        extra_pairs=extra,
         predicted=predicted,
     )
     if last is not None and last.session_id is not None:
@@ -160,8 +183,35 @@ def arm_order(repeat: int) -> list[str]:
     """The runs after the first baseline: T, then T B / B T alternating (B T T B ...)."""
     order = ["treatment"]
     for r in range(1, repeat):
-        order += ["treatment", "baseline"] if r % 2 else ["baseline", "treatment"]
+        order += pair_order(r)
     return order
+
+
+def settle(
+    comparison: Comparison,
+    repeat: int,
+    extra_pairs: int,
+    run_pair: Callable[[list[str]], Comparison | None],
+    progress: Progress,
+) -> tuple[Comparison, int]:
+    """Another pair of runs while the runs read a change that the interval cannot tell
+    from noise (prescribe/trial.py's `undecided`), up to `extra_pairs`; `run_pair` runs
+    the sides in the order given and compares again (None: no time left for it)."""
+    done = 0
+    while done < extra_pairs and undecided(comparison.speedup, comparison.ci95):
+        lo, hi = comparison.ci95
+        progress(
+            _(
+                "the runs read {speedup:.2f}x but their interval [{low:.2f}, {high:.2f}] holds 1: "
+                "one more run a side ({n} of at most {most})"
+            ).format(speedup=comparison.speedup, low=lo, high=hi, n=done + 1, most=extra_pairs)
+        )
+        again = run_pair(pair_order(repeat + done))
+        if again is None:
+            break
+        comparison = again
+        done += 1
+    return comparison, done
 
 
 def treatment_of(timeline: Timeline, request: TrialRequest, progress: Progress) -> Treatment:

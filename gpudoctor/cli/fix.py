@@ -35,6 +35,7 @@ def command(args: argparse.Namespace) -> int:
         budget_s=args.budget,
         steps=args.steps,
         repeat=args.repeat,
+        extra_pairs=args.extra_pairs,
         lang=lang_of(args),
     )
     path = report_path(args, "fix")

@@ -225,6 +225,11 @@ def build_parser() -> argparse.ArgumentParser:
         help=_("run each side K times, alternating: B T T B ... (default 2)"),
     )  # fmt: skip
     trial.add_argument(
+        "--extra-pairs", type=_count, default=2, metavar="K",
+        help=_("at most K more runs a side while the runs read a change of 10%% or more that "
+        "the interval cannot tell from noise (default 2; 0: never)"),
+    )  # fmt: skip
+    trial.add_argument(
         "--report", type=Path, metavar="PATH", help=_("write the report (.json or .md)")
     )
     trial.add_argument("--lang", choices=("en", "zh"), default=None)
@@ -246,6 +251,11 @@ def build_parser() -> argparse.ArgumentParser:
     fix.add_argument(
         "--repeat", type=_positive_int, default=2, metavar="K",
         help=_("runs a side in each trial, alternating (default 2)"),
+    )  # fmt: skip
+    fix.add_argument(
+        "--extra-pairs", type=_count, default=2, metavar="K",
+        help=_("at most K more runs a side while the runs read a change of 10%% or more that "
+        "the interval cannot tell from noise (default 2; 0: never)"),
     )  # fmt: skip
     fix.add_argument(
         "--report", type=Path, metavar="PATH", help=_("write the visit (.json or .md)")
@@ -331,15 +341,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _positive_int(text: str) -> int:
+def _whole(text: str) -> int:
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
             _("not a whole number: {text!r}").format(text=text)
         ) from None
+
+
+def _positive_int(text: str) -> int:
+    value = _whole(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(_("must be positive: {text!r}").format(text=text))
+    return value
+
+
+def _count(text: str) -> int:
+    value = _whole(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(_("must not be negative: {text!r}").format(text=text))
     return value
 
 

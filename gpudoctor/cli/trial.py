@@ -32,6 +32,7 @@ def command(args: argparse.Namespace) -> int:
         remedies=tuple(args.apply),
         steps=args.steps,
         repeat=args.repeat,
+        extra_pairs=args.extra_pairs,
         lang=lang_of(args),
     )
     return run(request, report_path(args, "trial"), args.store)

@@ -241,6 +241,28 @@ def _with_walls(a: Arm, walls: tuple[float, ...]) -> Arm:
     return dataclasses.replace(a, walls_s=walls, busy=())
 
 
+# A trial whose runs read a change of at least UNDECIDED_SPEEDUP (either way) while its
+# interval still holds 1 runs another pair of runs (one a side), up to EXTRA_PAIRS: with
+# two runs a side, the between-run term's Student-t quantile at one or two degrees of
+# freedom (12.7, 4.3: the table below) is what makes such an interval wide, and each
+# pair adds a degree of freedom to both sides. 10% is the smallest change the trial
+# coverage benchmark's cases read apart from noise (bench/RESULTS.md); no published anchor.
+UNDECIDED_SPEEDUP = 1.10
+EXTRA_PAIRS = 2
+
+
+def undecided(speedup: float, ci: tuple[float, float]) -> bool:
+    """The runs read a change the interval cannot tell from noise: worth another pair."""
+    far = speedup >= UNDECIDED_SPEEDUP or speedup <= 1 / UNDECIDED_SPEEDUP
+    return far and ci[0] <= 1.0 <= ci[1]
+
+
+def pair_order(index: int) -> list[str]:
+    """The sides of the runs after the first `2 * index` (the alternation B T T B B T ...
+    carried on, so drift during the trial falls on both sides alike)."""
+    return ["treatment", "baseline"] if index % 2 else ["baseline", "treatment"]
+
+
 def verdict(ci: tuple[float, float], treatment: Sequence[Arm]) -> str:
     """Faster or slower only when the whole interval says so; crashed when a treatment
     run failed."""
@@ -395,6 +417,7 @@ class TrialResult:
     treatment_env: Mapping[str, str] = field(default_factory=dict)
     steps_per_run: int | None = None
     repeat: int | None = None
+    extra_pairs: int = 0  # pairs run because the interval held 1 though the runs differed
     method: str = METHOD
     predicted: Prediction | None = None  # what the remedy was predicted to buy
 
@@ -417,6 +440,7 @@ class TrialResult:
                 "treatment_shown": redact_text(self.treatment_shown),
                 "steps_per_run": self.steps_per_run,
                 "repeat": self.repeat,
+                "extra_pairs": self.extra_pairs,
                 "method": self.method,
                 "predicted": self.predicted.as_dict() if self.predicted else None,
             }

@@ -331,6 +331,8 @@ def trial_text(r: TrialResult) -> str:
             after=percent(t.data_wait_fraction),
         )
     )
+    if r.extra_pairs:
+        lines.append("  " + extra_pairs_words(r.extra_pairs))
     if c.crowding is not None:
         lines.append(f"  {c.crowding.words()}")
     if any(a.changes_numerics for a in r.applied):
@@ -339,6 +341,17 @@ def trial_text(r: TrialResult) -> str:
         "  " + _("treatment command: {command}").format(command=redact_text(r.treatment_shown))
     )
     return "\n".join(lines) + "\n"
+
+
+def extra_pairs_words(n: int) -> str:
+    """Why a trial ran more runs than asked (app/trial.py's settle)."""
+    return ngettext(
+        "{n} more run a side: the runs before read a change their interval could not tell "
+        "from noise",
+        "{n} more runs a side: the runs before read a change their interval could not tell "
+        "from noise",
+        n,
+    ).format(n=n)
 
 
 def loss_words(c: Comparison) -> str:
@@ -406,6 +419,8 @@ def trial_markdown(r: TrialResult) -> str:
         ),
         "- " + _("treatment command: `{command}`").format(command=redact_text(r.treatment_shown)),
     ]  # fmt: skip
+    if r.extra_pairs:
+        lines.append(f"- {extra_pairs_words(r.extra_pairs)}")
     if c.crowding is not None:
         lines.append(f"- {c.crowding.words()}")
     lines += [
@@ -512,6 +527,9 @@ def fix_text(r: FixResult) -> str:
         lines += [
             f"  #{n} {numerics_words(s)}" for n, s in enumerate(r.steps, 1) if s.changes_numerics
         ]
+        lines += [
+            f"  #{n} {busy_words(s)}" for n, s in enumerate(r.steps, 1) if s.comparison.crowding
+        ]
     if r.overall is not None:
         lines.append(
             "  "
@@ -542,6 +560,22 @@ def fix_text(r: FixResult) -> str:
     return "\n".join(lines) + "\n"
 
 
+def busy_words(s: FixStep) -> str:
+    """A fix step measured while other processes took the job's cores: who, and for a
+    change kept on all its steps, that its gain may be those cores won (more processes or
+    threads of the job's own take a larger share of contested cores: the scheduler shares
+    by runnable thread), which a quiet machine would not give."""
+    crowding = s.comparison.crowding
+    assert crowding is not None
+    words = crowding.words()
+    if s.kept and not crowding.left_out:
+        words += _(
+            "; part of its gain may be cores taken from those processes, which a quiet "
+            "machine would not give: trial it again there"
+        )
+    return words
+
+
 def numerics_words(s: FixStep) -> str:
     """A fix step whose change alters numerics: what the loss did, and so whether the
     change could be kept on its speed."""
@@ -565,6 +599,7 @@ def fix_markdown(r: FixResult) -> str:
         )
     lines.append("")
     lines += [f"- #{n} {numerics_words(s)}" for n, s in enumerate(r.steps, 1) if s.changes_numerics]
+    lines += [f"- #{n} {busy_words(s)}" for n, s in enumerate(r.steps, 1) if s.comparison.crowding]
     if r.overall is not None:
         lines.append(
             "- " + _("the whole visit: {speedup}").format(speedup=speedup_words(r.overall))
