@@ -16,6 +16,8 @@ import gpudoctor.app.trial as trials
 import gpudoctor.prescribe.trial as trial_stats
 from gpudoctor.prescribe.rerun import NotApplicable, plan
 from gpudoctor.prescribe.trial import Arm, Comparison, speedup, t975, verdict
+from gpudoctor.report.html import trial_part
+from gpudoctor.report.render import trial_document, trial_markdown, trial_text
 
 
 def trial(tmp_path: Path, *args: str, name: str = "trial") -> tuple[Any, dict[str, Any]]:
@@ -257,6 +259,12 @@ def test_runs_that_read_a_change_their_interval_cannot_tell_get_another_pair() -
     assert extra == 2 and orders == [["baseline", "treatment"], ["treatment", "baseline"]]
     assert c.verdict == "faster" and c.ci95[0] > 1.0 and len(said) == 2
     assert "the runs read 1.50x but their interval" in said[0] and "(1 of at most 2)" in said[0]
+    # said wherever the trial is shown
+    result = trial_stats.TrialResult(c, (), ("python",), ("python",), "python", {}, 100, 2, 2)
+    assert result.to_dict()["extra_pairs"] == 2
+    words = "2 more runs a side: the runs before read a change their interval could not tell"
+    assert words in trial_text(result) and words in trial_markdown(result)
+    assert words in "".join(trial_part(trial_document(result)["trial"]))
     # at most the pairs allowed; none when there is no time left
     base[:], treat[:] = base[:2], treat[:2]
     orders.clear()

@@ -22,6 +22,7 @@ from gpudoctor.diagnosis.hotspots import state_words, where_words
 from gpudoctor.i18n import _, language
 from gpudoctor.prescribe.batch_size import reason_words
 from gpudoctor.report.render import (
+    extra_pairs_words,
     predicted_words,
     profile_title,
     side_words,
@@ -306,6 +307,8 @@ def trial_part(t: dict[str, Any]) -> list[str]:
             )
             + "</li>"
         )
+    if t.get("extra_pairs"):
+        out.append("<li>" + e(extra_pairs_words(int(t["extra_pairs"]))) + "</li>")
     loss = t.get("loss")
     if loss and any(c.get("changes_numerics") for c in t.get("applied", [])):
         treated, tolerance = loss["treatment_mean"], loss["tolerance"]
