@@ -242,6 +242,9 @@ def test_runs_that_read_a_change_their_interval_cannot_tell_get_another_pair() -
     said: list[str] = []
     orders: list[list[str]] = []
 
+    def say(text: str, fraction: float | None = None) -> None:
+        said.append(text)
+
     def run_pair(order: list[str]) -> Comparison | None:
         orders.append(order)
         for side in order:
@@ -254,7 +257,7 @@ def test_runs_that_read_a_change_their_interval_cannot_tell_get_another_pair() -
     assert first.speedup == pytest.approx(1.5, rel=0.01)
     assert first.ci95[0] < 1.0 < first.ci95[1] and first.verdict == "no better than noise"
     assert trial_stats.undecided(first.speedup, first.ci95)
-    c, extra = trials.settle(first, 2, 2, run_pair, said.append)
+    c, extra = trials.settle(first, 2, 2, run_pair, say)
     # one more pair still held 1 (0.93-2.40); the second decided
     assert extra == 2 and orders == [["baseline", "treatment"], ["treatment", "baseline"]]
     assert c.verdict == "faster" and c.ci95[0] > 1.0 and len(said) == 2
@@ -268,17 +271,17 @@ def test_runs_that_read_a_change_their_interval_cannot_tell_get_another_pair() -
     # at most the pairs allowed; none when there is no time left
     base[:], treat[:] = base[:2], treat[:2]
     orders.clear()
-    c, extra = trials.settle(first, 2, 1, run_pair, said.append)
+    c, extra = trials.settle(first, 2, 1, run_pair, say)
     assert extra == 1 and c.verdict == "no better than noise" and len(orders) == 1
     base[:], treat[:] = base[:2], treat[:2]
     orders.clear()
-    assert trials.settle(first, 2, 0, run_pair, said.append) == (first, 0)
-    assert trials.settle(first, 2, 2, lambda order: None, said.append) == (first, 0)
+    assert trials.settle(first, 2, 0, run_pair, say) == (first, 0)
+    assert trials.settle(first, 2, 2, lambda order: None, say) == (first, 0)
     assert orders == []
     # runs that read about no change are decided by it: no extra pair
     same = Comparison.of([arm([0.010] * 200), arm([0.013] * 200)], [arm([0.0118] * 200)] * 2)
     assert same.ci95[0] < 1.0 < same.ci95[1] and not trial_stats.undecided(same.speedup, same.ci95)
-    assert trials.settle(same, 2, 2, run_pair, said.append) == (same, 0) and orders == []
+    assert trials.settle(same, 2, 2, run_pair, say) == (same, 0) and orders == []
 
 
 def test_plan_names_the_flag_the_probe_or_says_it_cannot() -> None:
