@@ -189,6 +189,10 @@ def test_the_loss_check_holds_a_change_to_the_tolerance_widened_by_the_baselines
     # no loss recorded, or too few steps: nothing said
     assert LossCheck.of([arm(base)], [arm([])]) is None
     assert LossCheck.of([arm(base)], [arm(base[:5])]) is None
+    # a recorded trial's check (its JSON, as the HTML page reads it) says the same words
+    for c in (check, far, spread, nan):
+        again = LossCheck.from_dict(json.loads(json.dumps(c.as_dict())))
+        assert again.within == c.within and again.words() == c.words()
 
 
 def test_fix_keeps_a_faster_change_of_numerics_only_with_the_loss_within() -> None:

@@ -61,6 +61,19 @@ class LossCheck:
         spread = (max(base) - min(base)) / scale if math.isfinite(ref) else math.inf
         return cls(n, ref, treat, difference, LOSS_TOLERANCE + spread)
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LossCheck:
+        """As `as_dict` wrote it (a recorded trial): what it wrote as null is not finite."""
+
+        def number(key: str, otherwise: float) -> float:
+            value = d.get(key)
+            return float(value) if isinstance(value, int | float) else otherwise
+
+        return cls(
+            int(d["steps"]), number("baseline_mean", math.nan), number("treatment_mean", math.nan),
+            number("difference", math.inf), number("tolerance", math.inf),
+        )  # fmt: skip
+
     def words(self) -> str:
         words = (
             _(

@@ -21,6 +21,7 @@ from pygal.style import Style
 from gpudoctor.diagnosis.hotspots import state_words, where_words
 from gpudoctor.i18n import _, language
 from gpudoctor.prescribe.batch_size import reason_words
+from gpudoctor.prescribe.loss import LossCheck
 from gpudoctor.report.render import (
     extra_pairs_words,
     predicted_words,
@@ -311,30 +312,8 @@ def trial_part(t: dict[str, Any]) -> list[str]:
         out.append("<li>" + e(extra_pairs_words(int(t["extra_pairs"]))) + "</li>")
     loss = t.get("loss")
     if loss and any(c.get("changes_numerics") for c in t.get("applied", [])):
-        treated, tolerance = loss["treatment_mean"], loss["tolerance"]
-        words = (
-            _(
-                "changes numerics: mean loss over the first {steps} steps {before:.4g} as it "
-                "was, {after} with it, within the tolerance ({tolerance})"
-            )
-            if loss["within"]
-            else _(
-                "changes numerics: mean loss over the first {steps} steps {before:.4g} as it "
-                "was, {after} with it, outside the tolerance ({tolerance})"
-            )
-        )
-        out.append(
-            "<li>"
-            + e(
-                words.format(
-                    steps=loss["steps"],
-                    before=loss["baseline_mean"],
-                    after=_("not finite") if treated is None else f"{treated:.4g}",
-                    tolerance=_("none") if tolerance is None else f"{tolerance:.1%}",
-                )
-            )
-            + "</li>"
-        )
+        words = _("changes numerics: {loss}").format(loss=LossCheck.from_dict(loss).words())
+        out.append("<li>" + e(words) + "</li>")
     out.append(
         "<li>" + e(_("treatment:")) + f" <code>{e(str(t.get('treatment_shown', '')))}</code></li>"
     )
