@@ -219,7 +219,7 @@ def test_fix_on_a_terminal_shows_the_visit_as_it_goes(tmp_path: Path) -> None:
     done = run_in_tmux(
         tmp_path,
         name,
-        f"GPUDOCTOR_STORE={tmp_path / 's.db'} {PY} -m gpudoctor fix --steps 30 --repeat 1 -- {job}",
+        f"GPUDOCTOR_STORE={tmp_path / 's.db'} {PY} -m gpudoctor fix --steps 30 --repeat 1 --extra-pairs 0 -- {job}",
     )
     try:
         text = wait_screen(name, "gpudoctor fix", "samples/s", timeout=60)  # a run measured
