@@ -72,13 +72,23 @@ class Snapshot:
         return self.host.cores_allowed if self.host else (os.cpu_count() or 1)
 
 
+@dataclass(frozen=True)
+class Diagnosed:
+    """A snapshot's findings and their remedies' predictions, to keep for a while."""
+
+    findings: tuple[Finding, ...]
+    predictions: dict[str, Prediction]
+
+
 def take(
     timeline: Timeline,
     job_pid: int | None = None,
     output: TerminalView | None = None,
     until_ns: int | None = None,
+    diagnosed: Diagnosed | None = None,
 ) -> Snapshot:
-    """The snapshot of a live run now, or of a recorded one at `until_ns`."""
+    """The snapshot of a live run now, or of a recorded one at `until_ns`; with the
+    findings of `diagnosed` when given (a live view diagnoses less often than it ticks)."""
     w = timeline.window(RECENT_STEPS, RECENT_SAMPLES, until_ns)
     latest: dict[int, GpuSample] = {}
     history: dict[int, list[float]] = {}
@@ -89,7 +99,10 @@ def take(
     steps = w.steady_steps
     walls = [s.wall_ns / 1e6 for s in steps]
     measured = bool(steps) or w.estimated or w.rollup is not None
-    findings = tuple(diagnose(w)) if steps or w.host or w.exit else ()
+    if diagnosed is None:
+        found = tuple(diagnose(w)) if steps or w.host or w.exit else ()
+        diagnosed = Diagnosed(found, _predictions(found, w))
+    findings = diagnosed.findings
     if until_ns is None:
         now, elapsed = timeline.last_reading_ns(), timeline.duration_s()
     else:
@@ -125,7 +138,7 @@ def take(
         ranks=w.ranks,
         hotspots=w.hotspots,
         speed_of_light=speed_of_light(w) if measured else None,
-        predictions=_predictions(findings, w),
+        predictions=diagnosed.predictions,
     )
 
 

@@ -8,6 +8,7 @@ import io
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from rich.console import Console
 from rich.text import Text
 from textual.widgets import DataTable, Static
 
-from gpudoctor.app.follow import Follower
+from gpudoctor.app.follow import DIAGNOSE_EVERY_S, Follower
 from gpudoctor.jobs import LaunchedJob
 from gpudoctor.store import Store
 from gpudoctor.terminal import TerminalView
@@ -404,3 +405,37 @@ def test_sixty_four_ranks_are_summarised_to_fit_the_screen() -> None:
     assert len(rows) == 10
     assert rows[0].split()[0] == "5"  # the slowest first
     assert "... 55 ranks with own work from" in rows[8]
+
+
+def test_a_live_view_diagnoses_every_few_seconds_and_at_the_end(tmp_path: Path) -> None:
+    """The panels get a snapshot each tick; the findings in it are diagnosed again only
+    every DIAGNOSE_EVERY_S while the job runs (the same findings kept in between), and at
+    once when it ends."""
+    store = Store(tmp_path / "s.db")
+    job = LaunchedJob(
+        [PY, str(SAMPLES / "dataloader_bound.py"), "--seconds", "11"], store, interval_s=0.5
+    )
+    ticks: list[tuple[float, Any]] = []
+    ended: list[Any] = []
+
+    class Listener:
+        def on_snapshot(self, snapshot: Any) -> None:
+            ticks.append((time.monotonic(), snapshot.findings))
+
+        def on_end(self, job_exit: Any, error: str | None, snapshot: Any) -> None:
+            ended.append(snapshot)
+
+    follower = Follower(job)
+    follower.listen(Listener())
+    job.start()
+    follower.start()
+    follower.join()
+    job.close()
+    assert len(ticks) >= 16, len(ticks)  # two ticks a second
+    changes = [t for n, (t, found) in enumerate(ticks) if n == 0 or found is not ticks[n - 1][1]]
+    assert 2 <= len(changes) <= 4, changes
+    gaps = [b - a for a, b in zip(changes, changes[1:], strict=False)]
+    assert min(gaps) >= DIAGNOSE_EVERY_S - 0.6, gaps
+    (last,) = ended
+    assert last.findings is not ticks[-1][1]
+    assert "input-bound" in [f.id for f in last.findings]

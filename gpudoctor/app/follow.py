@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from dataclasses import replace
 from typing import Protocol
 
@@ -16,7 +17,7 @@ from gpudoctor.jobs import JobSource
 from gpudoctor.metrics import RunCollector
 from gpudoctor.model import JobExit
 from gpudoctor.series import POINTS, RunSeries, run_series
-from gpudoctor.snapshot import Snapshot, take
+from gpudoctor.snapshot import Diagnosed, Snapshot, take
 from gpudoctor.terminal import TerminalView
 from gpudoctor.timeline import Timeline
 
@@ -25,6 +26,12 @@ from gpudoctor.timeline import Timeline
 # every 5 s, the plots screen alone cost 1.2% of a core, over the TUI's 2% budget
 PLOT_EVERY_S = 10.0
 PLOT_EVERY_NS = int(PLOT_EVERY_S * 1e9)
+# The findings are diagnosed again at most this often while the job runs (each tick
+# otherwise): they rest on a window of the last minutes, so a second's readings move
+# them little, and the findings panel's text, repainted whenever a number in it moved,
+# was a quarter of the TUI's cost on a fast training loop (bench/RESULTS.md).
+DIAGNOSE_EVERY_S = 5.0
+DIAGNOSE_EVERY_NS = int(DIAGNOSE_EVERY_S * 1e9)
 
 
 class Listener(Protocol):
@@ -57,6 +64,7 @@ class Follower:
         self._series: RunSeries | None = None
         self._series_at: tuple[float | None, int] = (None, 0)  # its stretch, and when
         self._seen: dict[str, float] = {}  # when each finding was first seen
+        self._diagnosed: tuple[Diagnosed, int] | None = None  # the last findings, and when
 
     def start(self) -> None:
         """Begin following (once; a second call does nothing)."""
@@ -81,7 +89,13 @@ class Follower:
         return self._ended
 
     def _snapshot(self, timeline: Timeline) -> Snapshot:
-        snapshot = take(timeline, self.source.job_pid, self.output)
+        now = time.monotonic_ns()
+        kept = self._diagnosed
+        if kept is not None and (now - kept[1] >= DIAGNOSE_EVERY_NS or timeline.exit is not None):
+            kept = None  # due again, or the job ended: its findings are diagnosed now
+        snapshot = take(timeline, self.source.job_pid, self.output, None, kept and kept[0])
+        if kept is None:
+            self._diagnosed = (Diagnosed(snapshot.findings, snapshot.predictions), now)
         for f in snapshot.findings:
             self._seen.setdefault(f.id, round(snapshot.elapsed_s, 1))
         span = self.plot_s
