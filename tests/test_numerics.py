@@ -138,7 +138,7 @@ def test_a_trial_of_mixed_precision_checks_the_loss(tmp_path: Path) -> None:
     session = str(trial["treatment"]["runs"][-1]["session"])
     page = doctor("report", session, "--format", "html").stdout
     assert "<li>changes numerics: mean loss over the first" in page
-    assert "within the tolerance (2.0%)" in page
+    assert "within the tolerance of 2.0%)" in page
 
 
 def test_a_trial_of_fewer_threads_beside_the_loaders_workers(tmp_path: Path) -> None:
