@@ -72,9 +72,16 @@ def fix(
         )
         return job, arm
 
+    def runs_take(n: int) -> float:
+        """Seconds `n` more runs take, at the mean run's length so far."""
+        return n * sum(runs) / len(runs)
+
+    def affordable(seconds: float) -> bool:
+        return time.monotonic() - started + seconds <= request.budget_s
+
     def pair_affordable() -> bool:
         """Time left in the budget for another pair of runs (app/trial.py's settle)."""
-        if time.monotonic() - started + 2 * (sum(runs) / len(runs)) <= request.budget_s:
+        if affordable(runs_take(2)):
             return True
         progress("  " + _("the budget leaves no time for another pair of runs"))
         return False
@@ -100,9 +107,8 @@ def fix(
         if not candidates:
             break
         prediction, remedy, finding, treatment = candidates[0]
-        trial_runs = 2 * request.repeat - 1
-        needed = trial_runs * (sum(runs) / len(runs))
-        if time.monotonic() - started + needed > request.budget_s:
+        needed = runs_take(2 * request.repeat - 1)
+        if not affordable(needed):
             stopped_by = "budget"
             progress(
                 _("the budget leaves no time to try {remedy} (about {seconds:.0f} s)").format(
