@@ -35,9 +35,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpudoctor import jsontext
 from gpudoctor.diagnosis.rollup import StepRollup
-from gpudoctor.diagnosis.window import WARMUP_STEPS
-from gpudoctor.timeline import step_of
+from gpudoctor.timeline import steady, steps_of
 
 
 def _seconds(name: str, default: float) -> float:
@@ -181,7 +181,7 @@ class Compactor:
 
 def _message(data: str) -> dict[str, Any] | None:
     try:
-        message = json.loads(data)
+        message = jsontext.loads(data)
         int(message["pid"])
     except (ValueError, TypeError, KeyError):
         return None
@@ -192,10 +192,7 @@ def _rolled(pid: int, rows: list[Any]) -> StepRollup | None:
     """A message's steady rows rolled up: all of them, or None when one cannot be read."""
     these = StepRollup()
     try:
-        for row in rows:
-            step = step_of(pid, row)
-            if step.number >= WARMUP_STEPS:
-                these.add(step)
+        these.add_many(steady(steps_of(pid, rows)))
     except (ValueError, TypeError, IndexError):
         return None
     return these

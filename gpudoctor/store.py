@@ -20,6 +20,7 @@ from typing import Any
 
 import psutil
 
+from gpudoctor import jsontext
 from gpudoctor.compaction import KINDS, PASS_RECORDS, Compactor, apply_rollup
 from gpudoctor.diagnosis.ranks import RankSummary
 from gpudoctor.i18n import _
@@ -385,7 +386,7 @@ class Store:
                 "SELECT id, kind, data FROM records WHERE session_id=? AND id>? ORDER BY id",
                 (session_id, after_id),
             ):
-                record = json.loads(data)
+                record = jsontext.loads(data)
                 # a rollup of records this timeline read already, as rows (a follower
                 # of a live session that was compacted since): counted once
                 if kind != "rollup" or record.get("first_id", after_id + 1) > after_id:

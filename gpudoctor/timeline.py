@@ -9,7 +9,9 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import islice
+from operator import itemgetter
 from typing import Any
 
 from gpudoctor.diagnosis.ranks import RankSummary
@@ -27,6 +29,8 @@ from gpudoctor.model import (
 from gpudoctor.probe import protocol
 
 BATCH = protocol.STEP_FIELDS.index("batch_size")
+WIDTH = len(protocol.STEP_FIELDS)
+NUMBER = itemgetter(StepRecord._fields.index("number"))
 # A week-long run must not grow the doctor without bound: the timeline keeps the most
 # recent samples and steps as rows (the store keeps them all), every steady step rolled
 # up per process (diagnosis/rollup.py: the whole run's measures); counts stay exact.
@@ -45,11 +49,29 @@ def _samples() -> deque[Any]:
     return deque(maxlen=MAX_SAMPLES_KEPT)
 
 
-def step_of(pid: int, row: list[Any]) -> StepRecord:
-    """A step row as the probe sends it (protocol.STEP_FIELDS), as a record."""
-    if row[BATCH] < 0:  # unknown (every counted step): None, set in the row itself,
-        row[BATCH] = None  # which costs a fraction of _replace
-    return StepRecord(pid, *row)
+_record = partial(tuple.__new__, StepRecord)  # StepRecord(*fields) without its keywords
+
+
+def steps_of(pid: int, rows: list[list[Any]]) -> list[StepRecord]:
+    """Step rows as the probe sends them (protocol.STEP_FIELDS), as records; thousands a
+    second on a fast loop, so built in bulk (bench/ingest.py). ValueError when a row
+    has neither this version's fields nor the first version's (no `detail`: detailed)."""
+    widths = set(map(len, rows))
+    if widths != {WIDTH}:
+        if widths - {WIDTH, protocol.STEP_FIELDS_V1_0}:
+            raise ValueError(f"step rows of {sorted(widths)} fields")
+        rows = [row if len(row) == WIDTH else [*row, 1] for row in rows]
+    for row in rows:
+        if row[BATCH] < 0:  # unknown (every counted step): None, set in the row itself,
+            row[BATCH] = None  # which costs a fraction of _replace
+    return list(map(_record, [(pid, *row) for row in rows]))
+
+
+def steady(steps: list[StepRecord]) -> list[StepRecord]:
+    """The steps past the warm-up (all of them, once a process has stepped a while)."""
+    if min(map(NUMBER, steps), default=WARMUP_STEPS) >= WARMUP_STEPS:
+        return steps
+    return [s for s in steps if s.number >= WARMUP_STEPS]
 
 
 @dataclass
@@ -116,12 +138,9 @@ class Timeline:
             if steps is None:
                 steps = self._new_process(pid)
             self.step_counts[pid] = self.step_counts.get(pid, 0) + len(rows)
-            append, roll = steps.append, self.rollups[pid].add
-            for row in rows:
-                step = step_of(pid, row)
-                append(step)
-                if step.number >= WARMUP_STEPS:
-                    roll(step)
+            records = steps_of(pid, rows)
+            steps.extend(records)
+            self.rollups[pid].add_many(steady(records))
         if "facts" in message:
             if "profile" in message["facts"]:
                 self.profiles.append(self.last_reading_ns())
@@ -319,11 +338,14 @@ def _gauge_time(g: tuple[int, dict[str, Any]]) -> int:
 
 
 def _recent(items: Any, n: int | None, until_ns: int | None, t_of: Any) -> tuple[Any, ...]:
-    """The last n items (all when n is None) up to until_ns; from a deque, without
-    copying the rest of it."""
+    """The last n items (all when n is None) up to until_ns; from a deque, read from its
+    end without walking the rest of it (a live view takes the last 2,000 of up to
+    120,000 rows every second)."""
     if until_ns is not None:
         kept = [x for x in items if t_of(x) <= until_ns]
         return tuple(kept[-n:] if n is not None else kept)
-    if n is None:
+    if n is None or n >= len(items):
         return tuple(items)
-    return tuple(islice(items, max(0, len(items) - n), None))
+    tail = list(islice(reversed(items), n))
+    tail.reverse()
+    return tuple(tail)

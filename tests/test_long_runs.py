@@ -19,13 +19,14 @@ from conftest import PY, ROOT
 from gpudoctor import compaction
 from gpudoctor.compaction import Compactor
 from gpudoctor.diagnosis.ranks import RankSummary
-from gpudoctor.diagnosis.rollup import QUANTILE_ERROR
+from gpudoctor.diagnosis.rollup import QUANTILE_ERROR, StepRollup
 from gpudoctor.diagnosis.window import WARMUP_STEPS, percentile
+from gpudoctor.model import StepRecord
 from gpudoctor.report.build import build
 from gpudoctor.snapshot import take
 from gpudoctor.sources.host import HostReader
 from gpudoctor.store import Store, encode
-from gpudoctor.timeline import MAX_STEP_ROWS, MIN_STEP_ROWS, Timeline
+from gpudoctor.timeline import MAX_STEP_ROWS, MIN_STEP_ROWS, Timeline, steps_of
 
 RANKS = 8
 STEPS = 40_000  # per rank: 320,000 in all, more than MAX_STEP_ROWS
@@ -335,3 +336,35 @@ def test_two_doctors_compacting_one_store_at_once_both_keep_their_sessions(
         assert stored.count == live["count"] and stored.steady_count == live["steady_count"]
         assert stored.data_wait_fraction == live["data_wait_fraction"]
     store.close()
+
+
+def test_rows_taken_in_bulk_roll_up_as_one_at_a_time() -> None:
+    """The timeline builds a message's rows and rolls them up in bulk (a fast loop sends
+    them by the hundred): the same records and the same rollup as one row at a time, with
+    warm-up rows, zero-length steps, unknown batch sizes and a first-version probe's rows
+    (no `detail` field) among them."""
+    rng = random.Random(5)
+    batch = rows(0, 0, 300, rng)
+    batch[7][2] = 0  # a step timed at 0 ns (a coarse clock)
+    old = [r[:-1] for r in rows(1, 300, 50, rng)]  # STEP_FIELDS_V1_0: all detailed
+    timeline = Timeline(["python", "train.py"], 0.0, 0)
+    timeline.ingest_probe({"pid": BASE_PID, "steps": [list(r) for r in batch]})
+    timeline.ingest_probe({"pid": BASE_PID, "steps": [list(r) for r in old]})
+    one_by_one = StepRollup()
+    expected = []
+    for r in [*batch, *(row + [1] for row in old)]:
+        n, t, wall, loader, outside, fwd, bwd, opt, forwards, size, syncs, copies, detail = r
+        record = StepRecord(
+            BASE_PID, n, t, wall, loader, outside, fwd, bwd, opt, forwards,
+            None if size < 0 else size, syncs, copies, detail,
+        )  # fmt: skip
+        expected.append(record)
+        if record.number >= WARMUP_STEPS:
+            one_by_one.add(record)
+    assert list(timeline.steps[BASE_PID]) == expected
+    assert timeline.rollups[BASE_PID] == one_by_one
+    # every fourth row detailed, two of them (0 and 4) in the warm-up; the 0 ns step apart
+    assert one_by_one.count == 350 - WARMUP_STEPS and one_by_one.detailed == 75 - 2 + 50
+    assert one_by_one.buckets[-1] == 1
+    with pytest.raises(ValueError):
+        steps_of(BASE_PID, [[1, 2, 3]])

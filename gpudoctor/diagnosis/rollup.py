@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import Counter
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 from gpudoctor.model import StepRecord
@@ -19,6 +21,9 @@ from gpudoctor.model import StepRecord
 BUCKET_RATIO = 1.02
 _LOG_RATIO = math.log(BUCKET_RATIO)
 QUANTILE_ERROR = (BUCKET_RATIO - 1) / 2  # relative, at most
+_WALL, _SYNCS, _DETAIL = (
+    itemgetter(StepRecord._fields.index(name)) for name in ("wall_ns", "syncs", "detail")
+)
 
 
 @dataclass
@@ -45,6 +50,34 @@ class StepRollup:
         bucket = int(math.log(s.wall_ns) / _LOG_RATIO) if s.wall_ns > 0 else -1
         self.buckets[bucket] = self.buckets.get(bucket, 0) + 1
         if s.detail:
+            self.detailed += 1
+            self.detailed_wall_ns += s.wall_ns
+            self.loader_ns += s.loader_ns
+            self.outside_ns += s.outside_ns
+            self.forward_ns += s.forward_ns
+            self.backward_ns += s.backward_ns
+            self.optimizer_ns += s.optimizer_ns
+            if s.batch_size:
+                self.batch_sum += s.batch_size
+                self.batch_steps += 1
+
+    def add_many(self, steps: list[StepRecord]) -> None:
+        """The same as add() for each step, in bulk: a fast loop's rows arrive by the
+        hundred in each of the probe's messages (bench/ingest.py)."""
+        if not steps:
+            return
+        walls = list(map(_WALL, steps))
+        self.count += len(steps)
+        self.wall_ns += sum(walls)
+        self.syncs += sum(map(_SYNCS, steps))
+        buckets = self.buckets
+        if min(walls) > 0:
+            counted = Counter(map(int, map(_LOG_RATIO.__rtruediv__, map(math.log, walls))))
+        else:
+            counted = Counter(int(math.log(w) / _LOG_RATIO) if w > 0 else -1 for w in walls)
+        for bucket, n in counted.items():
+            buckets[bucket] = buckets.get(bucket, 0) + n
+        for s in filter(_DETAIL, steps):  # a sample of the steps (gpudoctor/probe/clock.py)
             self.detailed += 1
             self.detailed_wall_ns += s.wall_ns
             self.loader_ns += s.loader_ns

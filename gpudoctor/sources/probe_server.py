@@ -4,13 +4,13 @@ counted and dropped: the doctor never fails on what arrives on its socket."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import socket
 import time
 from itertools import chain
 from typing import Any
 
+from gpudoctor import jsontext
 from gpudoctor.probe import protocol
 
 MAX_DATAGRAM = 1 << 20
@@ -89,7 +89,7 @@ class ProbeServer:
 def parse(data: bytes) -> dict[str, Any] | None:
     """A validated probe message, or None."""
     try:
-        message = json.loads(data)
+        message = jsontext.loads(data)
     except (ValueError, UnicodeDecodeError):
         return None
     if not isinstance(message, dict) or message.get("v") != protocol.VERSION:
