@@ -7,6 +7,7 @@ platform does not report it), never zero.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any, Literal, NamedTuple
 
 Severity = Literal["high", "medium", "low", "info"]
@@ -137,6 +138,11 @@ class StepRecord(NamedTuple):
     # 1: measured in detail; 0: only counted and timed, its split fields are 0 and its
     # batch_size None (the probe samples: see gpudoctor/probe/steps.py)
     detail: int = 1
+
+
+# Each field of a StepRecord as a getter: sums and filters over thousands of steps run
+# in C (sum(map(STEP_FIELD["wall_ns"], steps))) rather than in a generator's loop.
+STEP_FIELD = {name: itemgetter(i) for i, name in enumerate(StepRecord._fields)}
 
 
 # Loop counters worth reading, best first (an `enumerate` index, a step counter).

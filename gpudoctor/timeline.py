@@ -11,13 +11,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import islice
-from operator import itemgetter
 from typing import Any
 
 from gpudoctor.diagnosis.ranks import RankSummary
 from gpudoctor.diagnosis.rollup import StepRollup
 from gpudoctor.diagnosis.window import WARMUP_STEPS, Window
 from gpudoctor.model import (
+    STEP_FIELD,
     CpuPeak,
     GpuSample,
     HostSample,
@@ -30,7 +30,7 @@ from gpudoctor.probe import protocol
 
 BATCH = protocol.STEP_FIELDS.index("batch_size")
 WIDTH = len(protocol.STEP_FIELDS)
-NUMBER = itemgetter(StepRecord._fields.index("number"))
+NUMBER = STEP_FIELD["number"]
 # A week-long run must not grow the doctor without bound: the timeline keeps the most
 # recent samples and steps as rows (the store keeps them all), every steady step rolled
 # up per process (diagnosis/rollup.py: the whole run's measures); counts stay exact.

@@ -13,17 +13,14 @@ import dataclasses
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from operator import itemgetter
 from typing import Any
 
-from gpudoctor.model import StepRecord
+from gpudoctor.model import STEP_FIELD, StepRecord
 
 BUCKET_RATIO = 1.02
 _LOG_RATIO = math.log(BUCKET_RATIO)
 QUANTILE_ERROR = (BUCKET_RATIO - 1) / 2  # relative, at most
-_WALL, _SYNCS, _DETAIL = (
-    itemgetter(StepRecord._fields.index(name)) for name in ("wall_ns", "syncs", "detail")
-)
+_WALL, _SYNCS, _DETAIL = (STEP_FIELD[name] for name in ("wall_ns", "syncs", "detail"))
 
 
 @dataclass

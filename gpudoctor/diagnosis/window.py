@@ -9,6 +9,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import compress
 from typing import TYPE_CHECKING, Any
 
 from gpudoctor.diagnosis.hotspots import Hotspots, hotspots
@@ -16,6 +17,7 @@ from gpudoctor.diagnosis.rollup import StepRollup
 from gpudoctor.i18n import _, ngettext
 from gpudoctor.model import (
     COUNTER_NAMES,
+    STEP_FIELD,
     CpuPeak,
     GpuSample,
     HostSample,
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
 # compilation): excluded from the step measures. Whole runs shorter than
 # 2 * WARMUP_STEPS keep their second half.
 WARMUP_STEPS = 5
+_NUMBER, _WALL, _DETAIL = (STEP_FIELD[name] for name in ("number", "wall_ns", "detail"))
 # GPU samples during the first seconds of a job are start-up (loading, CUDA init).
 WARMUP_SECONDS = 5.0
 # Watch mode: the share of the main thread's stack samples stands in for the share of
@@ -114,6 +117,8 @@ class Window:
         window of recent steps has none of them, and keeps all it has)."""
         steps = self.steps
         if len(steps) >= 2 * WARMUP_STEPS:
+            if min(map(_NUMBER, steps)) >= WARMUP_STEPS:
+                return tuple(steps)
             return tuple(s for s in steps if s.number >= WARMUP_STEPS)
         if steps and steps[0].number >= WARMUP_STEPS:
             return steps
@@ -131,14 +136,16 @@ class Window:
     def detailed_steps(self) -> tuple[StepRecord, ...]:
         """The steady steps the probe measured in detail (it samples short steps): the
         split and the data wait come from these; counts and step times from all."""
-        detailed = tuple(s for s in self.steady_steps if s.detail)
+        steady = self.steady_steps
+        detailed = tuple(compress(steady, map(_DETAIL, steady)))
         return detailed or self.steady_steps
 
     @cached_property
     def step_wall_s(self) -> float:
         if self.rollup is not None:
             return self.rollup.wall_ns / 1e9
-        return sum(s.wall_ns for s in self.steady_steps) / 1e9
+        wall_ns: int = sum(map(_WALL, self.steady_steps))
+        return wall_ns / 1e9
 
     @cached_property
     def step_median_ms(self) -> float:
@@ -256,12 +263,12 @@ class Window:
             )  # fmt: skip
         steps = self.detailed_steps
         return (
-            sum(s.wall_ns for s in steps),
-            sum(s.loader_ns for s in steps),
-            sum(s.outside_ns for s in steps),
-            sum(s.forward_ns for s in steps),
-            sum(s.backward_ns for s in steps),
-            sum(s.optimizer_ns for s in steps),
+            sum(map(_WALL, steps)),
+            sum(map(STEP_FIELD["loader_ns"], steps)),
+            sum(map(STEP_FIELD["outside_ns"], steps)),
+            sum(map(STEP_FIELD["forward_ns"], steps)),
+            sum(map(STEP_FIELD["backward_ns"], steps)),
+            sum(map(STEP_FIELD["optimizer_ns"], steps)),
         )
 
     def split(self) -> dict[str, float]:
