@@ -1,7 +1,8 @@
 """JSON text decoded: by orjson (3-4x faster: the probe's step rows arrive by the
 thousand a second, and a report decodes every stored record again), and by the standard
 library where orjson refuses what Python's own json writes (NaN and Infinity, which the
-probe's json.dumps writes for a NaN loss), so that nothing decodes differently."""
+probe's json.dumps writes for a NaN loss). One difference is left: an integer past 64 bits
+comes back as a float (no record holds one: times are 64-bit nanoseconds)."""
 
 from __future__ import annotations
 
