@@ -70,7 +70,8 @@ def measure(
             time.sleep(3)
             subprocess.run(["tmux", "send-keys", "-t", window, key], check=True)
     else:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        said = (store.parent / "doctor.err").open("w")  # kept: why it ended, if early
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=said)
         doctor = psutil.Process(proc.pid)
 
         def poll() -> bool:
@@ -98,7 +99,11 @@ def measure(
         subprocess.run(["tmux", "kill-session", "-t", window], capture_output=True)
     else:
         proc.wait()
-    assert cpu_at_startup is not None and cpu_at_stop is not None
+    if cpu_at_startup is None or cpu_at_stop is None:
+        sys.exit(
+            f"the doctor ended after {time.monotonic() - start:.0f} s, before its "
+            f"--max-seconds {seconds:.0f}: its stderr (headless) is in {store.parent}"
+        )
     steady_cpu = (cpu_at_stop[0] - cpu_at_startup[0]) / (cpu_at_stop[1] - cpu_at_startup[1])
     total_cpu = last[0] / (last[1] - start)
     return {
