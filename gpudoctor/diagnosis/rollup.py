@@ -47,16 +47,7 @@ class StepRollup:
         bucket = int(math.log(s.wall_ns) / _LOG_RATIO) if s.wall_ns > 0 else -1
         self.buckets[bucket] = self.buckets.get(bucket, 0) + 1
         if s.detail:
-            self.detailed += 1
-            self.detailed_wall_ns += s.wall_ns
-            self.loader_ns += s.loader_ns
-            self.outside_ns += s.outside_ns
-            self.forward_ns += s.forward_ns
-            self.backward_ns += s.backward_ns
-            self.optimizer_ns += s.optimizer_ns
-            if s.batch_size:
-                self.batch_sum += s.batch_size
-                self.batch_steps += 1
+            self._add_detail(s)
 
     def add_many(self, steps: list[StepRecord]) -> None:
         """The same as add() for each step, in bulk: a fast loop's rows arrive by the
@@ -75,16 +66,20 @@ class StepRollup:
         for bucket, n in counted.items():
             buckets[bucket] = buckets.get(bucket, 0) + n
         for s in filter(_DETAIL, steps):  # a sample of the steps (gpudoctor/probe/clock.py)
-            self.detailed += 1
-            self.detailed_wall_ns += s.wall_ns
-            self.loader_ns += s.loader_ns
-            self.outside_ns += s.outside_ns
-            self.forward_ns += s.forward_ns
-            self.backward_ns += s.backward_ns
-            self.optimizer_ns += s.optimizer_ns
-            if s.batch_size:
-                self.batch_sum += s.batch_size
-                self.batch_steps += 1
+            self._add_detail(s)
+
+    def _add_detail(self, s: StepRecord) -> None:
+        """A step measured in detail: its split (the split comes from these, as from rows)."""
+        self.detailed += 1
+        self.detailed_wall_ns += s.wall_ns
+        self.loader_ns += s.loader_ns
+        self.outside_ns += s.outside_ns
+        self.forward_ns += s.forward_ns
+        self.backward_ns += s.backward_ns
+        self.optimizer_ns += s.optimizer_ns
+        if s.batch_size:
+            self.batch_sum += s.batch_size
+            self.batch_steps += 1
 
     def merge(self, other: StepRollup) -> None:
         """Another stretch of the same process's steps added in (the store keeps an old
