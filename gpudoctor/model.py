@@ -167,14 +167,18 @@ class StackChunk:
     `samples` counts the main thread's samples by what they were in: "loader" (inside
     torch.utils.data), "input" (other input waits: queue gets, file and image reads),
     "forward", "backward", "optimizer", "other". `counters` are the training loop's
-    integer locals (`step`, `i`, ...) read at `counters_t_mono_ns`, by "function:name";
-    two readings give a step rate."""
+    integer locals (`step`, `i`, ...) read at `counters_t_mono_ns` as the chunk began,
+    by "function:name", and `last_counters` read at `last_counters_t_mono_ns` shortly
+    before it ended (none in a store from before they were read); two readings give a
+    step rate."""
 
     t_start_mono_ns: int
     t_end_mono_ns: int
     samples: dict[str, int]
     counters: dict[str, int] = field(default_factory=dict)
     counters_t_mono_ns: int | None = None
+    last_counters: dict[str, int] = field(default_factory=dict)
+    last_counters_t_mono_ns: int | None = None
 
     @property
     def total(self) -> int:

@@ -331,6 +331,22 @@ def test_step_rate_from_loop_counters_skips_an_epoch_restart() -> None:
     assert stack_steps_per_s(chunks[:1]) is None
 
 
+def test_one_chunk_read_at_its_start_and_end_gives_a_rate() -> None:
+    """Attached while the job was starting up: the chunk's first reading found no loop
+    counter yet, its last one did, and the next chunk's first reading pairs with it."""
+    first = StackChunk(0, 5 * 10**9, {"loader": 10}, {}, None, {"main:step": 30}, 4 * 10**9)
+    assert stack_steps_per_s([first]) is None  # one reading: no rate yet
+    second = StackChunk(
+        5 * 10**9, 15 * 10**9, {"loader": 10}, {"main:step": 80}, 6 * 10**9,
+        {"main:step": 430}, 13 * 10**9,
+    )  # fmt: skip
+    assert stack_steps_per_s([first, second]) == pytest.approx(400 / 9)
+    both = StackChunk(
+        0, 5 * 10**9, {"loader": 10}, {"main:step": 5}, 10**9, {"main:step": 305}, 4 * 10**9
+    )
+    assert stack_steps_per_s([both]) == pytest.approx(100.0)  # one chunk: 300 steps in 3 s
+
+
 # -- the TUI in watch mode ---------------------------------------------------------------------
 
 

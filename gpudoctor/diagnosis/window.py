@@ -54,18 +54,26 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def stack_steps_per_s(chunks: tuple[StackChunk, ...] | list[StackChunk]) -> float | None:
-    """A step rate from the loop counters of consecutive chunks: the counter that rose
-    the most often (best-named first when tied), over the intervals where it rose (a
-    counter that fell restarted with an epoch: that interval is left out)."""
-    readings = [c for c in chunks if c.counters and c.counters_t_mono_ns is not None]
+    """A step rate from the loop counters read in the chunks, in time order (each chunk's
+    first and last readings): the counter that rose the most often (best-named first when
+    tied), over the intervals where it rose (a counter that fell restarted with an
+    epoch: that interval is left out)."""
+    readings = [
+        (t, counters)
+        for c in chunks
+        for t, counters in (
+            (c.counters_t_mono_ns, c.counters),
+            (c.last_counters_t_mono_ns, c.last_counters),
+        )
+        if counters and t is not None
+    ]
     if len(readings) < 2:
         return None
     rises: dict[str, tuple[int, int, int]] = {}  # key -> (intervals, steps, ns)
-    for a, b in zip(readings, readings[1:], strict=False):
-        assert a.counters_t_mono_ns is not None and b.counters_t_mono_ns is not None
-        dt = b.counters_t_mono_ns - a.counters_t_mono_ns
-        for key, value in b.counters.items():
-            before = a.counters.get(key)
+    for (t_a, a), (t_b, b) in zip(readings, readings[1:], strict=False):
+        dt = t_b - t_a
+        for key, value in b.items():
+            before = a.get(key)
             if before is not None and value > before and dt > 0:
                 n, steps, ns = rises.get(key, (0, 0, 0))
                 rises[key] = (n + 1, steps + value - before, ns + dt)

@@ -4,7 +4,7 @@ Watch mode injects no code, so there are no step timings: instead py-spy samples
 main thread's Python stack (non-blocking, 20 Hz: DESIGN.md section 7 measured py-spy at
 100 Hz costing the job +15% blocking and +5.6% non-blocking) in chunks of a few seconds,
 and each sample is classed by the frames it is in (DataLoader, other input waits,
-forward, backward, optimizer, other). Once a chunk, a `py-spy dump --locals` reads the
+forward, backward, optimizer, other). Twice a chunk, a `py-spy dump --locals` reads the
 training loop's integer counters (`step`, `i`, ...); two readings give a step rate.
 
 The parsing functions are pure (tests feed them py-spy's real output); `StackSampler`
@@ -38,7 +38,10 @@ BUSY_RATE_HZ = 5
 # budget (DESIGN.md section 7); the others are longer, which halves those fixed costs.
 FIRST_CHUNK_S = 5.0
 CHUNK_S = 10.0
-DUMP_TRIES = 3  # reads of the loop counters per chunk, when one fails
+DUMP_TRIES = 3  # tries of each reading of the loop counters, when one fails
+# The chunk's last reading of the loop counters is started this long before its end: a
+# poll comes each second, and a dump takes ~25 ms (so it is read before the chunk ends).
+LAST_READ_LEAD_S = 1.5
 CLASSES = ("loader", "input", "forward", "backward", "optimizer", "other")
 
 # Frames that mark what a sample is in, first match wins (a DataLoader fetch can run
@@ -227,9 +230,69 @@ def ptrace_scope() -> int | None:
 # -- the sampler -----------------------------------------------------------------------------
 
 
+class _CounterReading:
+    """One reading of the loop counters by a `py-spy dump --locals`, polled, never waited
+    on: tried again (up to DUMP_TRIES) when a non-blocking dump caught the interpreter
+    mid-change or found no counter (a job still starting up, not yet in its loop)."""
+
+    def __init__(self, argv: list[str], path: str, main_tid: int) -> None:
+        self.argv = argv
+        self.path = path
+        self.main_tid = main_tid
+        self.counters: dict[str, int] = {}
+        self.t_mono_ns: int | None = None
+        self.tries = 0
+        self._dump: subprocess.Popen[bytes] | None = None
+
+    def poll(self) -> None:
+        if self.counters or self.tries >= DUMP_TRIES:
+            return
+        dump = self._dump
+        if dump is not None:
+            if dump.poll() is None:
+                return
+            if dump.returncode == 0:
+                self.counters = self._parse()
+            if self.counters:
+                return
+        self.tries += 1
+        with open(self.path, "wb") as out:
+            self._dump = _spawn(self.argv, out)
+        self.t_mono_ns = time.monotonic_ns()
+
+    def finish(self) -> None:
+        """At the chunk's end: a dump still running is stopped, one that ended is read."""
+        dump = self._dump
+        if dump is not None and not self.counters:
+            if dump.poll() is None:
+                dump.kill()
+                dump.wait()
+            elif dump.returncode == 0:
+                self.counters = self._parse()
+        self.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+
+    def close(self) -> None:
+        if self._dump is not None and self._dump.poll() is None:
+            self._dump.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._dump.wait(timeout=2)
+
+    def _parse(self) -> dict[str, int]:
+        with contextlib.suppress(OSError, ValueError):
+            data = json.loads(Path(self.path).read_text(encoding="utf-8"))
+            return parse_counters(data, self.main_tid)
+        return {}
+
+
 class StackSampler:
     """Runs py-spy over one process in chunks; `poll()` returns a finished chunk, if any,
-    and starts the next. Never blocks: py-spy's processes are polled, not waited on."""
+    and starts the next. Never blocks: py-spy's processes are polled, not waited on.
+
+    The loop counters are read twice a chunk, as it starts and shortly before it ends,
+    so one chunk gives a step rate (the first finding has one) and a job attached to
+    while still starting up gets its rate from the first chunk's end."""
 
     def __init__(
         self,
@@ -253,24 +316,26 @@ class StackSampler:
         self.last_error: str | None = None
         self._dir = run_folders.make("stacks")
         self._record: subprocess.Popen[bytes] | None = None
-        self._dump: subprocess.Popen[bytes] | None = None
         self._t_start = 0
-        self._dump_tries = 0
-        self._counters: dict[str, int] = {}
-        self._counters_t: int | None = None
+        self._seconds = first_chunk_s
+        self._first: _CounterReading | None = None
+        self._last: _CounterReading | None = None
         self._n = 0
 
     def _path(self, name: str) -> str:
         return os.path.join(self._dir, f"{name}-{self._n}")
 
+    def _reading(self, name: str) -> _CounterReading:
+        argv = [self.py_spy, "dump", "--pid", str(self.pid), "--nonblocking", "--full-filenames"]
+        return _CounterReading([*argv, "--json", "--locals"], self._path(name), self.pid)
+
     def start(self) -> None:
         self._n += 1
         self._t_start = time.monotonic_ns()
-        self._dump = None
-        self._dump_tries = 0
-        self._counters = {}
-        self._counters_t = None
+        self._first = self._reading("dump")
+        self._last = None
         seconds = self.first_chunk_s if self._n == 1 else self.chunk_s
+        self._seconds = seconds
         if self.lines:
             busy = record_argv(
                 self.py_spy, self.pid, BUSY_RATE_HZ, seconds, self._path("busy"), False, True
@@ -294,26 +359,16 @@ class StackSampler:
         return chunk
 
     def _read_counters(self) -> None:
-        """One reading of the loop counters per chunk, taken at a poll after the chunk
-        started (not as py-spy's record attaches); tried again when a non-blocking read
-        caught the interpreter mid-change or found no counter."""
-        if self._counters or self._dump_tries >= DUMP_TRIES:
-            return
-        dump = self._dump
-        if dump is not None:
-            if dump.poll() is None:
-                return
-            if dump.returncode == 0:
-                with contextlib.suppress(OSError, ValueError):
-                    data = json.loads(Path(self._path("dump")).read_text(encoding="utf-8"))
-                    self._counters = parse_counters(data, self.pid)
-            if self._counters:
-                return
-        self._dump_tries += 1
-        argv = [self.py_spy, "dump", "--pid", str(self.pid), "--nonblocking", "--full-filenames"]
-        with open(self._path("dump"), "wb") as out:
-            self._dump = _spawn([*argv, "--json", "--locals"], out)
-        self._counters_t = time.monotonic_ns()
+        """The first reading from the poll after the chunk started (not as py-spy's
+        record attaches); the last from the poll that leaves LAST_READ_LEAD_S to the
+        chunk's end (the doctor polls once a second)."""
+        assert self._first is not None
+        self._first.poll()
+        elapsed_s = (time.monotonic_ns() - self._t_start) / 1e9
+        if self._last is None and elapsed_s >= self._seconds - LAST_READ_LEAD_S:
+            self._last = self._reading("last")
+        if self._last is not None:
+            self._last.poll()
 
     def _collect(self) -> StackChunk | None:
         assert self._record is not None
@@ -322,9 +377,11 @@ class StackSampler:
             text = Path(self._path("raw")).read_text(encoding="utf-8", errors="replace")
         except OSError:
             text = ""
-        if self._dump is not None and self._dump.poll() is None:
-            self._dump.kill()
-            self._dump.wait()
+        first, last = self._first, self._last
+        assert first is not None
+        first.finish()
+        if last is not None:
+            last.finish()
         from gpudoctor.sources.hotspots import chunk_of  # it parses with this module's
 
         self.hotspots = None
@@ -334,7 +391,7 @@ class StackSampler:
                 self.hotspots = chunk_of(
                     text, busy, self.pid, self._t_start, t_end, self.rate_hz, BUSY_RATE_HZ
                 )
-        for name in ("raw", "dump", "busy"):
+        for name in ("raw", "busy"):
             with contextlib.suppress(OSError):
                 os.unlink(self._path(name))
         samples = parse_raw(text, self.pid)
@@ -346,12 +403,17 @@ class StackSampler:
             t_start_mono_ns=self._t_start,
             t_end_mono_ns=t_end,
             samples=samples,
-            counters=self._counters,
-            counters_t_mono_ns=self._counters_t if self._counters else None,
+            counters=first.counters,
+            counters_t_mono_ns=first.t_mono_ns if first.counters else None,
+            last_counters=last.counters if last is not None else {},
+            last_counters_t_mono_ns=last.t_mono_ns if last is not None and last.counters else None,
         )
 
     def close(self) -> None:
-        for proc in (self._record, self._dump, self._busy):
+        for reading in (self._first, self._last):
+            if reading is not None:
+                reading.close()
+        for proc in (self._record, self._busy):
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 with contextlib.suppress(subprocess.TimeoutExpired):
