@@ -103,7 +103,7 @@ def test_a_cpu_jobs_flops_mfu_and_results_under_the_doctor(tmp_path: Path) -> No
     sol = report["speed_of_light"]
     assert sol["flops_per_step"] == HAND_COUNT
     step_s = sol["step_ms"] / 1e3
-    assert sol["step_ms"] == pytest.approx(report["steps"]["median_ms"], rel=0.01)
+    assert sol["step_ms"] == report["steps"]["median_ms"]  # the two lines say one time
     assert sol["achieved_tflops"] == pytest.approx(HAND_COUNT / step_s / 1e12, rel=0.01)
     assert sol["mfu"] == pytest.approx(sol["achieved_tflops"] / sol["peak_tflops"], rel=0.01)
     assert 0 < sol["mfu"] < 1.5  # against a matmul's best rate on this machine
