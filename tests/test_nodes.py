@@ -134,24 +134,30 @@ dist.init_process_group("gloo")
 torch.set_num_threads(1)
 model = DDP(nn.Linear(64, 8))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
+stop = sys.argv[2] if len(sys.argv) > 2 else ""  # a file: when it is there, both stop
 for step in range(int(sys.argv[1])):
     loss = model(torch.randn(16, 64)).pow(2).mean()
     opt.zero_grad(); loss.backward(); opt.step()
-    time.sleep(0.005)  # ~5 ms a step: 3000 steps outlast the doctors' first trade
+    time.sleep(0.005)
     if step == 30:
         print("training", flush=True)
+    if stop and step % 10 == 0:  # the ranks agree, at the same steps, whether to stop
+        seen = torch.tensor([float(os.path.exists(stop))])
+        dist.all_reduce(seen)
+        if seen.item():
+            break
 dist.barrier()
 dist.destroy_process_group()
 """
 
 
-def start_nodes(tmp_path: Path, steps: int) -> list[tuple[subprocess.Popen[str], Path]]:
+def start_nodes(tmp_path: Path, steps: int, *stop: str) -> list[tuple[subprocess.Popen[str], Path]]:
     script = tmp_path / "long.py"
     script.write_text(LONG_DDP)
     port = free_port()
     runs = []
     for node in (0, 1):
-        command = node_command(tmp_path, node, port, (), str(script), str(steps))
+        command = node_command(tmp_path, node, port, (), str(script), str(steps), *stop)
         proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         runs.append((proc, report_of(tmp_path, node)))
     for proc, _ in runs:  # both ranks are training
@@ -176,9 +182,12 @@ def traded(store: Path) -> bool:
 def test_a_node_whose_doctor_is_killed_leaves_the_other_node_unharmed(tmp_path: Path) -> None:
     """SIGKILL to node 1's doctor: its job trains on (node 0's job can only finish with
     it), its helper leaves, and node 0's doctor reports both ranks as last sent."""
-    (zero, report0), (one, _) = start_nodes(tmp_path, 3000)
+    stop = tmp_path / "stop"
+    (zero, report0), (one, _) = start_nodes(tmp_path, 100_000, str(stop))
     one.kill()
     one.wait()
+    time.sleep(3.0)  # both ranks train on (each step an all-reduce with the other)
+    stop.touch()
     _, err = zero.communicate(timeout=240)
     assert zero.returncode == 0, err[-3000:]
     report = json.loads(report0.read_text())
