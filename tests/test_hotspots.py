@@ -239,7 +239,7 @@ def test_a_hand_written_reader_is_named_busy_at_its_costly_line_and_changes_noth
     tmp_path: Path,
 ) -> None:
     script, line = _write(tmp_path, "reader.py", READER)
-    steps = "2000"
+    steps = "1000"
     # the plain run beside the doctored one (a second core; the job is single-threaded):
     # its result is the same whenever it runs, and waiting for a core counts as busy
     plain = subprocess.Popen(
