@@ -190,7 +190,7 @@ def test_a_crashed_job_is_shown_and_q_restores_the_terminal(tmp_path: Path) -> N
 @pytest.mark.timeout(420)  # seven tries, each a fresh process: minutes on a busy machine
 def test_tune_on_a_terminal_shows_progress_and_the_result(tmp_path: Path) -> None:
     name = f"gpudoctor-tune-{tmp_path.name}"
-    job = f"{PY} {ROOT / 'tests' / 'jobs' / 'oom_above.py'} --fits-up-to 48"
+    job = f"{PY} {ROOT / 'tests' / 'jobs' / 'oom_above.py'} --fits-up-to 20"
     done = run_in_tmux(
         tmp_path,
         name,
@@ -198,7 +198,7 @@ def test_tune_on_a_terminal_shows_progress_and_the_result(tmp_path: Path) -> Non
     )
     try:
         wait_screen(name, "tune batch-size", "try 1", timeout=30)  # the app, with its bar
-        # the answer (48 on a quiet machine; a busy one can stop the doubling earlier, when
+        # the answer (20 on a quiet machine; a busy one can stop the doubling earlier, when
         # the throughput stops growing: test_trial.py checks the search itself)
         text = wait_screen(name, "largest batch size that fits:", "q to quit", timeout=240)
         assert "try 2" in text
