@@ -138,3 +138,16 @@ def test_attach_says_in_one_line_what_it_cannot_attach_to(tmp_path: Path) -> Non
         )
         assert run.returncode == 2 and expected in run.stdout, run.stdout
         assert "Traceback" not in run.stdout and run.stdout.strip().count("\n") == 0
+
+
+def test_extra_pairs_default_is_the_trials_own_and_the_help_says_it() -> None:
+    """The parser stays light (it does not import the trial's module): its literal default
+    must be the trial's EXTRA_PAIRS, and the help must name it."""
+    from gpudoctor.cli.parser import build_parser
+    from gpudoctor.prescribe.trial import EXTRA_PAIRS
+
+    parser = build_parser()
+    for command in ("trial", "fix"):
+        assert parser.parse_args([command, "--", "python", "x.py"]).extra_pairs == EXTRA_PAIRS
+        said = doctor(command, "--help").stdout
+        assert f"(default {EXTRA_PAIRS}; 0: never)" in " ".join(said.split()), said
