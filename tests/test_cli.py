@@ -151,3 +151,27 @@ def test_extra_pairs_default_is_the_trials_own_and_the_help_says_it() -> None:
         assert parser.parse_args([command, "--", "python", "x.py"]).extra_pairs == EXTRA_PAIRS
         said = doctor(command, "--help").stdout
         assert f"(default {EXTRA_PAIRS}; 0: never)" in " ".join(said.split()), said
+
+
+def test_a_fault_of_the_doctors_own_is_one_line_and_its_traceback_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bug in the doctor (here: `history` made to raise): no traceback on the person's
+    terminal, one line that says where it is kept, exit code 70."""
+    import gpudoctor.cli
+    import gpudoctor.cli.sessions
+
+    def broken(args: object) -> int:
+        raise RuntimeError("the doctor's own bug\nsecond line")
+
+    monkeypatch.setattr(gpudoctor.cli.sessions, "history", broken)
+    assert gpudoctor.cli.main(["history"]) == 70
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert "gpudoctor failed (RuntimeError: the doctor's own bug)" in err
+    (kept,) = (tmp_path / "logs").glob("doctor-failed-*.txt")  # beside the store
+    assert f"the details are in {kept}" in err
+    text = kept.read_text()
+    assert text.startswith("gpudoctor 0.1.0: gpudoctor history\n") and "Traceback" in text
+    assert "raise RuntimeError(\"the doctor's own bug" in text and "second line" in text
+    assert (tmp_path / "logs").stat().st_mode & 0o077 == 0  # its owner's only

@@ -5,11 +5,16 @@ on stderr, exit 2."""
 from __future__ import annotations
 
 import importlib
+import os
+import shlex
 import sys
+import time
+import traceback
 from argparse import Namespace
 from collections.abc import Callable
+from pathlib import Path
 
-from gpudoctor import i18n
+from gpudoctor import __version__, i18n
 from gpudoctor.cli.common import (
     USAGE_ERROR,
     UsageError,
@@ -18,7 +23,9 @@ from gpudoctor.cli.common import (
     lang_of,
     on_terminal,
 )
+from gpudoctor.i18n import _
 
+FAILED = 70  # the doctor's own fault (sysexits.h EX_SOFTWARE)
 # command -> (module of gpudoctor.cli, function): only the chosen one is imported
 COMMANDS = {
     "run": ("run", "command"),
@@ -40,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     from gpudoctor.cli.parser import build_parser
 
     args_list = sys.argv[1:] if argv is None else argv
+    args: Namespace | None = None
     try:
         # the language before anything is written for a person, bad input's words too
         i18n.use(lang_asked(args_list) or default_lang())
@@ -63,3 +71,37 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `gpudoctor history | head`
         sys.stderr.close()
         return 0
+    except Exception as exc:  # noqa: BLE001 (a fault of the doctor's own: said, kept)
+        return failed(exc, args_list, args)
+
+
+def failed(exc: Exception, args_list: list[str], args: Namespace | None) -> int:
+    """The doctor's own fault (a bug): one line on stderr, the traceback kept in a file
+    in the `logs` folder beside the store, exit code 70 (EX_SOFTWARE). A job it ran or
+    watched goes on: the doctor never takes its job down with it."""
+    from gpudoctor.store import default_path, private_folder
+
+    chosen = getattr(args, "store", None) or os.environ.get("GPUDOCTOR_STORE")
+    logs = Path(chosen or default_path()).parent / "logs"
+    trace = "".join(traceback.format_exception(exc))
+    path = logs / time.strftime("doctor-failed-%Y%m%d-%H%M%S.txt")
+    where: Path | None = path
+    try:
+        private_folder(logs, tighten=False)
+        with open(path, "w", encoding="utf-8") as out:
+            out.write(f"gpudoctor {__version__}: gpudoctor {shlex.join(args_list)}\n{trace}")
+    except OSError:
+        where = None
+    what = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+    if where is None:
+        sys.stderr.write(trace)  # nowhere to keep it: here, then
+        line = _("gpudoctor failed ({what}); a job it ran goes on; please report it").format(
+            what=what
+        )
+    else:
+        line = _(
+            "gpudoctor failed ({what}); a job it ran goes on; the details are in {file}: "
+            "please report it"
+        ).format(what=what, file=where)
+    print(line, file=sys.stderr)
+    return FAILED
