@@ -157,15 +157,16 @@ def test_a_fault_of_the_doctors_own_is_one_line_and_its_traceback_is_kept(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A bug in the doctor (here: `history` made to raise): no traceback on the person's
-    terminal, one line that says where it is kept, exit code 70."""
+    terminal, one line that says where it is kept, the exit code of the doctor's failure."""
     import gpudoctor.cli
     import gpudoctor.cli.sessions
+    from gpudoctor.app.run import DOCTOR_FAILED
 
     def broken(args: object) -> int:
         raise RuntimeError("the doctor's own bug\nsecond line")
 
     monkeypatch.setattr(gpudoctor.cli.sessions, "history", broken)
-    assert gpudoctor.cli.main(["history"]) == 70
+    assert gpudoctor.cli.main(["history"]) == DOCTOR_FAILED == 3  # README says 3
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert "gpudoctor failed (RuntimeError: the doctor's own bug)" in err

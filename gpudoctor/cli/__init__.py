@@ -25,7 +25,8 @@ from gpudoctor.cli.common import (
 )
 from gpudoctor.i18n import _
 
-FAILED = 70  # the doctor's own fault (sysexits.h EX_SOFTWARE)
+# the doctor's own fault, as app/run.py DOCTOR_FAILED (the TUI's loop broke): README
+FAILED = 3
 # command -> (module of gpudoctor.cli, function): only the chosen one is imported
 COMMANDS = {
     "run": ("run", "command"),
@@ -77,8 +78,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def failed(exc: Exception, args_list: list[str], args: Namespace | None) -> int:
     """The doctor's own fault (a bug): one line on stderr, the traceback kept in a file
-    in the `logs` folder beside the store, exit code 70 (EX_SOFTWARE). A job it ran or
-    watched goes on: the doctor never takes its job down with it."""
+    in the `logs` folder beside the store, exit code 3 (as when the TUI's loop breaks).
+    A job it ran or watched goes on: the doctor never takes its job down with it."""
     from gpudoctor.store import default_path, private_folder
 
     chosen = getattr(args, "store", None) or os.environ.get("GPUDOCTOR_STORE")
