@@ -176,3 +176,30 @@ def test_a_fault_of_the_doctors_own_is_one_line_and_its_traceback_is_kept(
     assert text.startswith("gpudoctor 0.1.0: gpudoctor history\n") and "Traceback" in text
     assert "raise RuntimeError(\"the doctor's own bug" in text and "second line" in text
     assert (tmp_path / "logs").stat().st_mode & 0o077 == 0  # its owner's only
+
+
+def test_the_kept_traceback_of_a_doctors_fault_masks_the_jobs_secrets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The file a person is asked to attach to a report: the job's command line and the
+    error's words with their secrets masked, as everywhere else they are shown."""
+    import gpudoctor.cli
+    import gpudoctor.cli.run
+
+    token = "hf_" + "a1B2c3D4" * 4
+    password = "s3cret-pw"
+
+    def broken(args: object) -> int:
+        raise ValueError(f"could not log in with {token}")
+
+    monkeypatch.setattr(gpudoctor.cli.run, "command", broken)
+    job = ["python", "train.py", "--hf-token", token, f"--db-password={password}", "--lr", "3"]
+    assert gpudoctor.cli.main(["run", "--headless", "--", *job]) == 3
+    err = capsys.readouterr().err
+    (kept,) = (tmp_path / "logs").glob("doctor-failed-*.txt")
+    text = kept.read_text()
+    for said in (err, text):
+        assert token not in said and password not in said, said
+    assert "gpudoctor failed (ValueError: could not log in with ***)" in err
+    assert "train.py --hf-token '***' '--db-password=***' --lr 3" in text.splitlines()[0]
+    assert "could not log in with ***" in text and "Traceback" in text

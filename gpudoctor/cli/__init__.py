@@ -80,20 +80,25 @@ def failed(exc: Exception, args_list: list[str], args: Namespace | None) -> int:
     """The doctor's own fault (a bug): one line on stderr, the traceback kept in a file
     in the `logs` folder beside the store, exit code 3 (as when the TUI's loop breaks).
     A job it ran or watched goes on: the doctor never takes its job down with it."""
+    from gpudoctor.redact import redact_argv, redact_text
     from gpudoctor.store import default_path, private_folder
 
     chosen = getattr(args, "store", None) or os.environ.get("GPUDOCTOR_STORE")
     logs = Path(chosen or default_path()).parent / "logs"
-    trace = "".join(traceback.format_exception(exc))
+    # a file to attach to a report: the job's secrets masked, as everywhere it is shown
+    lines = "".join(traceback.format_exception(exc)).splitlines()
+    trace = "".join(redact_text(line) + "\n" for line in lines)
     path = logs / time.strftime("doctor-failed-%Y%m%d-%H%M%S.txt")
     where: Path | None = path
     try:
         private_folder(logs, tighten=False)
         with open(path, "w", encoding="utf-8") as out:
-            out.write(f"gpudoctor {__version__}: gpudoctor {shlex.join(args_list)}\n{trace}")
+            out.write(
+                f"gpudoctor {__version__}: gpudoctor {shlex.join(redact_argv(args_list))}\n{trace}"
+            )
     except OSError:
         where = None
-    what = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+    what = redact_text(f"{type(exc).__name__}: {exc}".splitlines()[0][:200])
     if where is None:
         sys.stderr.write(trace)  # nowhere to keep it: here, then
         line = _("gpudoctor failed ({what}); a job it ran goes on; please report it").format(
