@@ -263,12 +263,8 @@ class _CounterReading:
     def finish(self) -> None:
         """At the chunk's end: a dump still running is stopped, one that ended is read."""
         dump = self._dump
-        if dump is not None and not self.counters:
-            if dump.poll() is None:
-                dump.kill()
-                dump.wait()
-            elif dump.returncode == 0:
-                self.counters = self._parse()
+        if dump is not None and not self.counters and dump.poll() == 0:
+            self.counters = self._parse()
         self.close()
         with contextlib.suppress(OSError):
             os.unlink(self.path)
