@@ -5,7 +5,6 @@ on stderr, exit 2."""
 from __future__ import annotations
 
 import importlib
-import os
 import shlex
 import sys
 import time
@@ -22,6 +21,7 @@ from gpudoctor.cli.common import (
     lang_asked,
     lang_of,
     on_terminal,
+    store_path,
 )
 from gpudoctor.i18n import _
 
@@ -81,10 +81,9 @@ def failed(exc: Exception, args_list: list[str], args: Namespace | None) -> int:
     in the `logs` folder beside the store, exit code 3 (as when the TUI's loop breaks).
     A job it ran or watched goes on: the doctor never takes its job down with it."""
     from gpudoctor.redact import redact_argv, redact_text
-    from gpudoctor.store import default_path, private_folder
+    from gpudoctor.store import private_folder
 
-    chosen = getattr(args, "store", None) or os.environ.get("GPUDOCTOR_STORE")
-    logs = Path(chosen or default_path()).parent / "logs"
+    logs = store_path(args)[0].parent / "logs"
     # a file to attach to a report: the job's secrets masked, as everywhere it is shown
     lines = "".join(traceback.format_exception(exc)).splitlines()
     trace = "".join(redact_text(line) + "\n" for line in lines)

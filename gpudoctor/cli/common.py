@@ -61,13 +61,21 @@ def lang_of(args: argparse.Namespace) -> str:
     return getattr(args, "lang", None) or default_lang()
 
 
-def open_store(args: argparse.Namespace) -> Store:
-    from gpudoctor.store import Store, StoreError, default_path
+def store_path(args: argparse.Namespace | None) -> tuple[Path, bool]:
+    """Where the session store is, and whether the person chose it (--store,
+    $GPUDOCTOR_STORE) rather than the default place."""
+    from gpudoctor.store import default_path
 
     chosen = getattr(args, "store", None) or os.environ.get("GPUDOCTOR_STORE")
-    path = chosen or default_path()
+    return Path(chosen or default_path()), bool(chosen)
+
+
+def open_store(args: argparse.Namespace) -> Store:
+    from gpudoctor.store import Store, StoreError
+
+    path, chosen = store_path(args)
     try:
-        store = Store(Path(path), explicit=bool(chosen))
+        store = Store(path, explicit=chosen)
     except StoreError as exc:
         raise UsageError(f"gpudoctor: {exc}") from None
     if store.notice:
