@@ -59,6 +59,10 @@ SAMPLE_EVERY_S = 60.0
 # Records read at a time: a slot is read over several ticks of the doctor's loop (about
 # 50 ms for 1,000 probe messages of 25 rows on this machine's cores) and written at once.
 PASS_RECORDS = 1000
+# ...and at most about this much of their text (at least one record): a fast loop's
+# probe messages carry hundreds of rows each (~25 KB), and a pass of 1,000 of them held
+# 25 MB of text at once, the doctor's peak memory (bench/RESULTS.md)
+PASS_BYTES = 1_000_000
 KINDS = ("probe", "host", "gpu", "page", "ranks")  # what compaction touches
 # A probe message's keys that only its process's last message of a slot keeps: the
 # cumulative counts, and the CUDA allocator's gauges (whose peak is the run's own).

@@ -16,7 +16,7 @@ from gpudoctor.diagnosis.engine import diagnose
 from gpudoctor.diagnosis.hotspots import Hotspots
 from gpudoctor.diagnosis.ranks import RankMeasure
 from gpudoctor.diagnosis.speed_of_light import SpeedOfLight, speed_of_light
-from gpudoctor.diagnosis.window import Window, percentile
+from gpudoctor.diagnosis.window import Window
 from gpudoctor.model import Finding, GpuSample, HostSample, JobExit
 from gpudoctor.prescribe.predict import Prediction, first_remedy
 from gpudoctor.redact import redact_argv, redact_text
@@ -97,7 +97,7 @@ def take(
         if g.util_gpu_pct is not None:
             history.setdefault(g.index, []).append(float(g.util_gpu_pct))
     steps = w.steady_steps
-    walls = [s.wall_ns / 1e6 for s in steps]
+    walls = [s.wall_ns / 1e6 for s in steps[-HISTORY_POINTS:]]
     measured = bool(steps) or w.estimated or w.rollup is not None
     if diagnosed is None:
         found = tuple(diagnose(w)) if steps or w.host or w.exit else ()
@@ -119,10 +119,8 @@ def take(
         host=w.host[-1] if w.host else None,
         steps_total=w.total_steps,
         step_p50_ms=w.step_median_ms if walls or w.steps_per_s else None,
-        step_p90_ms=(
-            percentile(walls, 90) if walls else w.rollup.quantile_ms(0.9) if w.rollup else None
-        ),
-        step_history_ms=tuple(walls[-HISTORY_POINTS:]),
+        step_p90_ms=(w.step_p90_ms if walls else w.rollup.quantile_ms(0.9) if w.rollup else None),
+        step_history_ms=tuple(walls),
         steps_per_s=w.steps_per_s,
         samples_per_s=w.samples_per_s,
         data_wait_fraction=w.data_wait_fraction if measured else None,

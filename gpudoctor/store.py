@@ -21,7 +21,7 @@ from typing import Any
 import psutil
 
 from gpudoctor import jsontext
-from gpudoctor.compaction import KINDS, PASS_RECORDS, Compactor, apply_rollup
+from gpudoctor.compaction import KINDS, PASS_BYTES, PASS_RECORDS, Compactor, apply_rollup
 from gpudoctor.diagnosis.ranks import RankSummary
 from gpudoctor.i18n import _
 from gpudoctor.model import (
@@ -432,11 +432,18 @@ class Store:
         (0: nothing to do now). A slot that cannot be written (locked, full) is read
         again at the next call."""
         try:
-            records = self.db.execute(
+            cursor = self.db.execute(
                 "SELECT id, kind, t_mono_ns, data FROM records WHERE session_id=? AND id>?"
                 f" AND kind IN {KINDS} ORDER BY id LIMIT ?",
                 (session_id, compactor.read_id, PASS_RECORDS),
-            ).fetchall()
+            )
+            records, size = [], 0
+            for record in cursor:
+                records.append(record)
+                size += len(record[3])
+                if size >= PASS_BYTES:
+                    break
+            cursor.close()
             before = compactor.read_id
             plan = compactor.read(records, before_ns)
             if plan is not None:

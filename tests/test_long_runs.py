@@ -20,7 +20,7 @@ from gpudoctor import compaction
 from gpudoctor.compaction import Compactor
 from gpudoctor.diagnosis.ranks import RankSummary
 from gpudoctor.diagnosis.rollup import QUANTILE_ERROR, StepRollup
-from gpudoctor.diagnosis.window import WARMUP_STEPS, percentile
+from gpudoctor.diagnosis.window import WARMUP_STEPS, median_ms, percentile, percentile_ms
 from gpudoctor.model import StepRecord
 from gpudoctor.report.build import build
 from gpudoctor.snapshot import take
@@ -94,6 +94,27 @@ def test_a_short_run_keeps_every_row_and_reads_as_before() -> None:
     assert build(timeline, 1).steps.median_ms == round(statistics.median(walls), 3)
 
 
+def test_the_median_and_p90_from_the_rows_ints_are_the_floats_bit_for_bit() -> None:
+    """The measures are taken from the rows' own ints in order (no list of new floats
+    for a run's 120,000 rows), and are what statistics.median and percentile of the
+    times in milliseconds give, to the last bit, odd and even counts."""
+    rng = random.Random(5)
+    for n in (1, 2, 3, 10, 11, 400, 401):
+        walls_ns = sorted(int(rng.lognormvariate(0, 0.5) * 13_333_337) for _ in range(n))
+        walls_ms = [w / 1e6 for w in walls_ns]
+        assert median_ms(walls_ns) == statistics.median(walls_ms)
+        for q in (50, 90, 99):
+            assert percentile_ms(walls_ns, q) == percentile(walls_ms, q)
+    timeline = Timeline(["python", "train.py"], 0.0, 0)
+    timeline.ingest_probe({"pid": BASE_PID, "steps": rows(0, 0, 401, rng)})
+    walls = [r.wall_ns / 1e6 for r in timeline.steps[BASE_PID] if r.number >= WARMUP_STEPS]
+    measures = build(timeline, 1).steps
+    assert (measures.median_ms, measures.p90_ms) == (
+        round(statistics.median(walls), 3),
+        round(percentile(walls, 90), 3),
+    )
+
+
 # -- the store: older records compacted (compaction.py) ------------------------------------
 
 
@@ -156,6 +177,33 @@ def kinds(store: Store, session: int) -> dict[str, tuple[int, int]]:
             (session,),
         )
     }
+
+
+def test_a_compaction_pass_holds_about_a_megabyte_of_records_at_once(tmp_path: Path) -> None:
+    """A fast loop's probe messages are tens of KB each: a pass of PASS_RECORDS of them
+    held tens of MB of text at once in the doctor. A pass stops once it has read
+    PASS_BYTES (its last record whole), and the next pass goes on from there."""
+    store = Store(tmp_path / "s.db")
+    session, _end = record_a_run(store, ranks=2, steps=8_000)
+    sizes = [
+        n
+        for (n,) in store.db.execute(
+            f"SELECT LENGTH(data) FROM records WHERE session_id=? AND kind IN {compaction.KINDS}"
+            " ORDER BY id",
+            (session,),
+        )
+    ]
+    compactor = Compactor()
+    passes = []
+    while read := store.compact(session, 0, compactor):  # no slot old enough to write
+        passes.append(read)
+    assert sum(passes) == len(sizes) and len(passes) > 1
+    start = 0
+    for read in passes[:-1]:
+        taken = sizes[start : start + read]
+        assert sum(taken[:-1]) < compaction.PASS_BYTES <= sum(taken)
+        assert read < compaction.PASS_RECORDS
+        start += read
 
 
 def test_a_compacted_store_gives_the_report_of_every_row(

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpudoctor.diagnosis.devices import gpu_of
-from gpudoctor.diagnosis.window import Window, percentile
+from gpudoctor.diagnosis.window import Window, median_ms, percentile_ms
 from gpudoctor.model import StepRecord
 
 MIN_STEPS = 5  # steady steps a rank needs before it is compared
@@ -102,7 +102,6 @@ def rank_summaries(w: Window) -> list[RankSummary]:
         one = Window(steps=steps, facts=facts)
         if len(one.steady_steps) < MIN_STEPS:
             continue
-        walls = [s.wall_ns / 1e6 for s in one.steady_steps]
         gpu = gpu_of(facts, pid, w.gpus)
         out.append(
             RankSummary(
@@ -111,8 +110,8 @@ def rank_summaries(w: Window) -> list[RankSummary]:
                 local_rank=_int(facts.get("local_rank")),
                 host=w.hostname,
                 steps=len(steps),  # the rows seen; the report puts in exact counts
-                median_ms=statistics.median(walls),
-                p90_ms=percentile(walls, 90),
+                median_ms=median_ms(one.walls_in_order_ns),
+                p90_ms=percentile_ms(one.walls_in_order_ns, 90),
                 samples_per_s=one.samples_per_s,
                 data_wait_fraction=one.data_wait_fraction,
                 uses_dataloader=one.uses_dataloader,

@@ -53,6 +53,21 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[k]
 
 
+def median_ms(ordered_ns: list[int]) -> float:
+    """statistics.median of the times in milliseconds (the same float, bit for bit),
+    from times in nanoseconds already in order."""
+    middle = len(ordered_ns) // 2
+    if len(ordered_ns) % 2:
+        return ordered_ns[middle] / 1e6
+    return (ordered_ns[middle - 1] / 1e6 + ordered_ns[middle] / 1e6) / 2
+
+
+def percentile_ms(ordered_ns: list[int], q: float) -> float:
+    """percentile() of the times in milliseconds, from times in nanoseconds in order."""
+    k = max(0, min(len(ordered_ns) - 1, round(q / 100 * (len(ordered_ns) - 1))))
+    return ordered_ns[k] / 1e6 if ordered_ns else 0.0
+
+
 def stack_steps_per_s(chunks: tuple[StackChunk, ...] | list[StackChunk]) -> float | None:
     """A step rate from the loop counters read in the chunks, in time order (each chunk's
     first and last readings): the counter that rose the most often (best-named first when
@@ -160,11 +175,23 @@ class Window:
         """The median step; estimated as the mean (1 / steps a second) in watch mode."""
         if self.rollup is not None and self.rollup.count:
             return self.rollup.quantile_ms(0.5)
-        walls = [s.wall_ns / 1e6 for s in self.steady_steps]
-        if walls:
-            return statistics.median(walls)
+        if self.steady_steps:
+            return median_ms(self.walls_in_order_ns)
         rate = self.steps_per_s if self.estimated else None
         return 1000.0 / rate if rate else 0.0
+
+    @cached_property
+    def walls_in_order_ns(self) -> list[int]:
+        """The steady steps' times, shortest first: the ints the rows hold, so a run's
+        120,000 rows cost a list of references, not 120,000 new floats (the doctor's
+        peak memory as it builds the report at a job's end: bench/RESULTS.md)."""
+        return sorted(map(_WALL, self.steady_steps))
+
+    @cached_property
+    def step_p90_ms(self) -> float | None:
+        """The steady steps' p90 (nearest rank), None without steady steps."""
+        walls = self.walls_in_order_ns
+        return percentile_ms(walls, 90) if walls else None
 
     @cached_property
     def steps_per_s(self) -> float | None:

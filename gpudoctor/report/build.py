@@ -306,7 +306,6 @@ def _finding(f: Finding, w: Window, cores: int, lang: str) -> FindingLine:
 
 def _steps(w: Window) -> StepMeasures:
     steady = w.steady_steps
-    walls = [s.wall_ns / 1e6 for s in steady]
     # batch sizes are seen on the steps measured in detail (the probe samples)
     batches = [s.batch_size for s in w.detailed_steps if s.batch_size]
     samples_per_s = w.samples_per_s
@@ -330,8 +329,8 @@ def _steps(w: Window) -> StepMeasures:
         p90 = w.rollup.quantile_ms(0.9) if w.rollup.count else None
         steady_count = w.rollup.count
     else:
-        median = statistics.median(walls) if walls else None
-        p90 = percentile(walls, 90) if walls else None
+        median = w.step_median_ms if steady else None
+        p90 = w.step_p90_ms
         steady_count = len(steady)
     return StepMeasures(
         count=w.total_steps,

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Group
-from rich.markdown import Markdown
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -125,6 +124,10 @@ class GuideScreen(Screen[None]):
         self.lang = lang
 
     def compose(self) -> ComposeResult:
+        # Markdown's parser (markdown-it, pygments: 3.4 MB) loads when a guide is read,
+        # not in every doctor (its peak memory: bench/RESULTS.md)
+        from rich.markdown import Markdown
+
         with VerticalScroll(id="guide"):
             for sid in self.section_ids:
                 s = guide.section(sid, self.lang) or guide.section(sid, "en")
