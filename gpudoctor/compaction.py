@@ -20,8 +20,8 @@ than KEEP_WHOLE_S are compacted a SLOT_S of record time at a time:
   (cumulative) to each process's last of the slot;
 - everything else (facts, findings, ends, exceptions, profiles, stalls...) is kept.
 The recent ten minutes stay whole: the live screens and the rules read the recent
-steps (the timeline keeps up to 15,000 rows a rank for 8 ranks in memory: two and a half
-minutes at 100 steps/s), and a replay of them sees every row. A report loads what the
+steps (the timeline keeps up to 12,500 rows a rank for 8 ranks in memory: two minutes
+at 100 steps/s), and a replay of them sees every row. A report loads what the
 store holds, so what is kept whole also bounds the report's time.
 bench/store_week.py measures a week's store and the commands' times on it.
 

@@ -34,9 +34,12 @@ NUMBER = STEP_FIELD["number"]
 # A week-long run must not grow the doctor without bound: the timeline keeps the most
 # recent samples and steps as rows (the store keeps them all), every steady step rolled
 # up per process (diagnosis/rollup.py: the whole run's measures); counts stay exact.
-# A step row costs about 400 bytes: the rows of all processes together stay under
-# MAX_STEP_ROWS (about 48 MB), shared out evenly, never fewer than MIN_STEP_ROWS each.
-MAX_STEP_ROWS = 120_000
+# A step row costs about 270 bytes (a fast loop's, measured: bench/RESULTS.md): the rows
+# of all processes together stay under MAX_STEP_ROWS (about 27 MB), shared out evenly,
+# never fewer than MIN_STEP_ROWS each. 100,000 keeps the doctor with its TUI under its
+# 100 MB (DESIGN.md section 7) at 160x45 with the plots open; a live "last minute" plot
+# has every step of the minute up to 1,666 steps a second.
+MAX_STEP_ROWS = 100_000
 MIN_STEP_ROWS = 5_000
 MAX_SAMPLES_KEPT = 6 * 3600  # host and GPU readings: six hours at 1 Hz
 # The live screens' window (snapshot.py), and the report's charts' when they say when
@@ -340,7 +343,7 @@ def _gauge_time(g: tuple[int, dict[str, Any]]) -> int:
 def _recent(items: Any, n: int | None, until_ns: int | None, t_of: Any) -> tuple[Any, ...]:
     """The last n items (all when n is None) up to until_ns; from a deque, read from its
     end without walking the rest of it (a live view takes the last 2,000 of up to
-    120,000 rows every second)."""
+    100,000 rows every second)."""
     if until_ns is not None:
         kept = [x for x in items if t_of(x) <= until_ns]
         return tuple(kept[-n:] if n is not None else kept)

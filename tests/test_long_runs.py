@@ -96,7 +96,7 @@ def test_a_short_run_keeps_every_row_and_reads_as_before() -> None:
 
 def test_the_median_and_p90_from_the_rows_ints_are_the_floats_bit_for_bit() -> None:
     """The measures are taken from the rows' own ints in order (no list of new floats
-    for a run's 120,000 rows), and are what statistics.median and percentile of the
+    for a run's 100,000 rows), and are what statistics.median and percentile of the
     times in milliseconds give, to the last bit, odd and even counts."""
     rng = random.Random(5)
     for n in (1, 2, 3, 10, 11, 400, 401):

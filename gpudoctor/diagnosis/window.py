@@ -183,7 +183,7 @@ class Window:
     @cached_property
     def walls_in_order_ns(self) -> list[int]:
         """The steady steps' times, shortest first: the ints the rows hold, so a run's
-        120,000 rows cost a list of references, not 120,000 new floats (the doctor's
+        100,000 rows cost a list of references, not 100,000 new floats (the doctor's
         peak memory as it builds the report at a job's end: bench/RESULTS.md)."""
         return sorted(map(_WALL, self.steady_steps))
 
