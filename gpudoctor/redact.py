@@ -26,8 +26,10 @@ MASK = "***"
 # A name that looks like a secret's: these words anywhere in it (the issue's list).
 _SECRET_WORDS = ("key", "token", "secret", "password", "passwd", "credential", "auth")
 # Names that hold those words and are plainly not secrets: a tokenizer's name, token
-# counts, a dictionary key's name in a config, an author.
-_HARMLESS = re.compile(r"tokenizer|tokens$|^(num|max|min)_?tok|author|keys?_?(name|field)", re.I)
+# counts, a dictionary key's name in a config, an author, Python's KeyError.
+_HARMLESS = re.compile(
+    r"tokenizer|tokens$|^(num|max|min)_?tok|author|keys?_?(name|field)|^keyerror$", re.I
+)
 
 _TOKEN_SHAPES = re.compile(
     r"\b(?:hf_[A-Za-z0-9]{20,}"  # Hugging Face
@@ -47,8 +49,14 @@ _SIGNING = re.compile(
 # In free text: NAME=value, NAME: value, "NAME": "value", --NAME value (a printed
 # config, a logged command line).
 _NAME = r"[A-Za-z_][A-Za-z0-9_.-]*"
+# Only a name with a secret's word in it starts a match: a harmless name before it
+# ("bug --api-key=X") would otherwise take the secret as its own value and hide it.
+_SECRET_NAME = (
+    r"(?<![A-Za-z0-9_.])(?:[A-Za-z_][A-Za-z0-9_.-]*?)?"
+    rf"(?i:{'|'.join(_SECRET_WORDS)})[A-Za-z0-9_.-]*"
+)
 _ASSIGNED = re.compile(
-    rf"""(?P<name>{_NAME})(?P<sep>["']?\s*[:=]\s*["']?|\s+)(?P<value>[^\s"',;]+)"""
+    rf"""(?P<name>{_SECRET_NAME})(?P<sep>["']?\s*[:=]\s*["']?|\s+)(?P<value>[^\s"',;]+)"""
 )
 
 
@@ -86,7 +94,23 @@ def redact_text(text: str) -> str:
     text = _TOKEN_SHAPES.sub(MASK, text)
     text = _URL_PASSWORD.sub(lambda m: m.group(1) + MASK + m.group(3), text)
     text = _SIGNING.sub(lambda m: m.group(1) + MASK, text)
-    return _ASSIGNED.sub(_mask_assigned, text)
+    return _mask_all_assigned(text)
+
+
+def _mask_all_assigned(text: str) -> str:
+    """Every secret's `NAME=value` masked. A name left as it is (not a secret's, or
+    prose) gives up only its name, not its "value": that may be the next option itself
+    (`keyed.py --api-key X`, `KeyError: 'x' --token=X`)."""
+    out: list[str] = []
+    done = start = 0
+    while (m := _ASSIGNED.search(text, start)) is not None:
+        masked = _mask_assigned(m)
+        if masked == m.group(0):
+            start = m.end("name")
+            continue
+        out += [text[done : m.start()], masked]
+        done = start = m.end()
+    return "".join(out) + text[done:]
 
 
 def _mask_assigned(m: re.Match[str]) -> str:

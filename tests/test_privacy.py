@@ -152,6 +152,10 @@ TEXT = [
     ("password: hunter2", "hunter2"),
     ("Authorization header eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.c2lnbmF0dXJl", "eyJhbGci"),
     ("fetching https://u:p4ss@host/data.tar", "p4ss"),
+    # a harmless word before it must not take the secret as its own value
+    ("KeyError: 'loop bug --api-key=abc123secret'", "abc123secret"),
+    ("python /runs/keyed.py --api-key s3cr3t-v4lue --lr 3", "s3cr3t-v4lue"),
+    ("bug --token=t0k3n-value", "t0k3n-value"),
 ]
 KEPT = [
     # not secrets, though their names hold the words: left as they are

@@ -217,6 +217,54 @@ def test_live_run_q_can_stop_the_job(tmp_path: Path) -> None:
         log.close()
 
 
+def test_a_broken_loop_keeps_its_traceback_and_leaves_the_job_running(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """The doctor's loop failing under the TUI (here: its third snapshot raises): the app
+    closes with exit code 3 and one line that names the file keeping the traceback
+    beside the store (as a command's own fault does), secrets masked; the job goes on."""
+    import gpudoctor.app.follow
+    import gpudoctor.snapshot
+
+    token = "hf_" + "Z9y8X7w6" * 4
+    taken = 0
+    real_take = gpudoctor.snapshot.take
+
+    def take(*args: Any, **kwargs: Any) -> Any:
+        nonlocal taken
+        taken += 1
+        if taken == 3:
+            raise KeyError(f"a bug of the doctor's, near {token}")
+        return real_take(*args, **kwargs)
+
+    monkeypatch.setattr(gpudoctor.app.follow, "take", take)
+    session, log_path, log = start_live(tmp_path, "--steps", "100000")
+    follower = Follower(session, TerminalView(log_path))
+    app = make_live_app(follower, "en")
+    assert session.proc is not None
+
+    async def drive() -> None:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: follower.ended)
+            await pilot.pause(0.5)
+
+    try:
+        asyncio.run(drive())
+        assert app.return_code == 3
+        (kept,) = (tmp_path / "logs").glob("doctor-failed-*.txt")
+        error = follower.error or ""
+        assert error.startswith("KeyError: ") and f"the details are in {kept}" in error, error
+        text = kept.read_text()
+        assert "Traceback" in text and "bug of the doctor's, near ***" in text
+        assert token not in text and token not in error
+        assert session.proc.poll() is None  # the job goes on
+    finally:
+        session.signal_job(signal.SIGKILL)
+        session.proc.wait()
+        session.close()
+        log.close()
+
+
 def test_no_color_is_honoured(monkeypatch: Any) -> None:
     monkeypatch.setenv("NO_COLOR", "1")
     app = make_replay_app(load_recorded_session("healthy"), 1)

@@ -8,11 +8,15 @@ the command line then concludes the run as usual.
 from __future__ import annotations
 
 import math
+import sys
 import threading
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Protocol
 
+from gpudoctor.app.sessions import failure_words, keep_failure
+from gpudoctor.i18n import _
 from gpudoctor.jobs import JobSource
 from gpudoctor.metrics import RunCollector
 from gpudoctor.model import JobExit
@@ -123,7 +127,11 @@ class Follower:
         try:
             self.job_exit = self.source.run(self._tick)
         except Exception as exc:  # noqa: BLE001 (the doctor's failure: the job goes on)
-            self.error = f"{type(exc).__name__}: {exc}"
+            # kept beside the store for a report, as a command's own fault is (cli)
+            kept = keep_failure(exc, sys.argv[1:], Path(self.source.store.path))
+            self.error = failure_words(exc)
+            if kept is not None:
+                self.error += _("; the details are in {file}: please report it").format(file=kept)
         with self._lock:
             self._ended = True
             listener = self._listener

@@ -1,14 +1,20 @@
-"""Recorded sessions as the commands name them, and the log files of the jobs' output."""
+"""Recorded sessions as the commands name them, the log files of the jobs' output, and
+the file that keeps a fault of the doctor's own."""
 
 from __future__ import annotations
 
+import shlex
 import socket
 import time
+import traceback
+from collections.abc import Sequence
 from pathlib import Path
 
+from gpudoctor import __version__
 from gpudoctor.app.errors import NotPossible
 from gpudoctor.i18n import _
 from gpudoctor.output_log import DEFAULT_MAX_MB, OutputLog
+from gpudoctor.redact import redact_argv, redact_text
 from gpudoctor.store import SessionRow, Store, StoreError, private_folder
 from gpudoctor.timeline import Timeline
 
@@ -33,10 +39,42 @@ def load(store: Store, name: str) -> tuple[int, Timeline]:
         raise NotPossible(str(exc)) from None
 
 
+def logs_folder(store_path: Path) -> Path:
+    """The `logs` folder beside a store: the jobs' output, the doctor's failure files."""
+    return store_path.parent / "logs"
+
+
+def redacted_traceback(exc: BaseException) -> str:
+    """The traceback with the job's secrets masked, as everywhere they are shown."""
+    lines = "".join(traceback.format_exception(exc)).splitlines()
+    return "".join(redact_text(line) + "\n" for line in lines)
+
+
+def keep_failure(exc: BaseException, argv: Sequence[str], store_path: Path) -> Path | None:
+    """A fault of the doctor's own kept in the `logs` folder for a report (the doctor's
+    command line and version, the traceback; secrets masked: it is the file a person is
+    asked to attach): its path, or None when it cannot be written."""
+    logs = logs_folder(store_path)
+    path = logs / time.strftime("doctor-failed-%Y%m%d-%H%M%S.txt")
+    try:
+        private_folder(logs, tighten=False)
+        with open(path, "w", encoding="utf-8") as out:
+            out.write(f"gpudoctor {__version__}: gpudoctor {shlex.join(redact_argv(list(argv)))}\n")
+            out.write(redacted_traceback(exc))
+    except OSError:
+        return None
+    return path
+
+
+def failure_words(exc: BaseException) -> str:
+    """The fault in one line (type and message, secrets masked, at most 200 characters)."""
+    return redact_text(f"{type(exc).__name__}: {exc}".splitlines()[0][:200])
+
+
 def open_log(store: Store, prefix: str, max_bytes: int = DEFAULT_MAX_MB << 20) -> OutputLog:
     """A new log file in the `logs` folder beside the store (the jobs' own output),
     rotated past `max_bytes`."""
-    logs = Path(store.path).parent / "logs"
+    logs = logs_folder(Path(store.path))
     try:
         private_folder(logs, tighten=True)  # the job's output: its owner's only
         return OutputLog(logs / time.strftime(f"{prefix}-%Y%m%d-%H%M%S.log"), max_bytes)

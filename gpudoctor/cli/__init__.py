@@ -5,15 +5,11 @@ on stderr, exit 2."""
 from __future__ import annotations
 
 import importlib
-import shlex
 import sys
-import time
-import traceback
 from argparse import Namespace
 from collections.abc import Callable
-from pathlib import Path
 
-from gpudoctor import __version__, i18n
+from gpudoctor import i18n
 from gpudoctor.cli.common import (
     USAGE_ERROR,
     UsageError,
@@ -80,26 +76,12 @@ def failed(exc: Exception, args_list: list[str], args: Namespace | None) -> int:
     """The doctor's own fault (a bug): one line on stderr, the traceback kept in a file
     in the `logs` folder beside the store, exit code 3 (as when the TUI's loop breaks).
     A job it ran or watched goes on: the doctor never takes its job down with it."""
-    from gpudoctor.redact import redact_argv, redact_text
-    from gpudoctor.store import private_folder
+    from gpudoctor.app.sessions import failure_words, keep_failure, redacted_traceback
 
-    logs = store_path(args)[0].parent / "logs"
-    # a file to attach to a report: the job's secrets masked, as everywhere it is shown
-    lines = "".join(traceback.format_exception(exc)).splitlines()
-    trace = "".join(redact_text(line) + "\n" for line in lines)
-    path = logs / time.strftime("doctor-failed-%Y%m%d-%H%M%S.txt")
-    where: Path | None = path
-    try:
-        private_folder(logs, tighten=False)
-        with open(path, "w", encoding="utf-8") as out:
-            out.write(
-                f"gpudoctor {__version__}: gpudoctor {shlex.join(redact_argv(args_list))}\n{trace}"
-            )
-    except OSError:
-        where = None
-    what = redact_text(f"{type(exc).__name__}: {exc}".splitlines()[0][:200])
+    where = keep_failure(exc, args_list, store_path(args)[0])
+    what = failure_words(exc)
     if where is None:
-        sys.stderr.write(trace)  # nowhere to keep it: here, then
+        sys.stderr.write(redacted_traceback(exc))  # nowhere to keep it: here, then
         line = _("gpudoctor failed ({what}); a job it ran goes on; please report it").format(
             what=what
         )

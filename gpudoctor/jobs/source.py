@@ -51,6 +51,7 @@ class JobSource(Protocol):
     """What the application layer and the TUI need of a job being followed."""
 
     timeline: Timeline
+    store: Store  # where it is recorded (a fault of the doctor's is kept beside it)
     session_id: int | None
     interval_s: float
     can_stop: bool  # the doctor may stop it (one it launched), or only leave it
