@@ -310,6 +310,14 @@ def test_stack_classes_follow_the_innermost_meaningful_frame() -> None:
     assert classify([loop, ("SGD.step", f"{torch}/optim/sgd.py")]) == "optimizer"
     assert classify([loop, ("Module._call_impl", f"{torch}/nn/modules/module.py")]) == "forward"
     assert classify([loop]) == "other"
+    # an import inside any of them (the first optimizer step imports torch._dynamo)
+    importing = [
+        loop,
+        ("SGD.step", f"{torch}/optim/sgd.py"),
+        ("_find_and_load", "<frozen importlib._bootstrap>"),
+        ("<module>", f"{torch}/_dynamo/__init__.py"),
+    ]
+    assert classify(importing) == "other"
 
 
 def chunk(t_s: float, counters: dict[str, int], loader: int = 10, other: int = 10) -> StackChunk:

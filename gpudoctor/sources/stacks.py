@@ -47,6 +47,10 @@ CLASSES = ("loader", "input", "forward", "backward", "optimizer", "other")
 # Frames that mark what a sample is in, first match wins (a DataLoader fetch can run
 # model-free code; a forward never runs inside the loader).
 _MARKERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    # a module being imported is not a training step's work, wherever it is imported
+    # from: the first optimizer step imports torch._dynamo (~1.2 s), which a chunk taken
+    # as the job starts up counted as the optimizer's share
+    ("other", ("<frozen importlib._bootstrap",)),
     ("loader", ("/torch/utils/data/",)),
     (
         "input",
