@@ -11,14 +11,15 @@ The remedies that need an edit are collected as words (what to change, by hand).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from gpudoctor.app.progress import Progress
 from gpudoctor.app.run import conclude
 from gpudoctor.app.trial import (
+    Sides,
     arm_order,
     check_baseline,
     cores_of,
@@ -132,7 +133,7 @@ def fix(
                 span=prediction.words(), basis=prediction.basis
             )
         )
-        sides = _Sides(run, pair_affordable, current, treatment, base_arms)
+        sides = Sides(run, pair_affordable, current, treatment, base_arms)
         comparison, _extra = settle(
             sides.run(arm_order(request.repeat)),
             request.repeat,
@@ -177,32 +178,6 @@ def fix(
         final_diff=diff,
         elapsed_s=time.monotonic() - started,
     )
-
-
-@dataclass
-class _Sides:
-    """One trial's runs: the configuration kept so far and the one tried, in an order."""
-
-    run_one: Callable[[str, Treatment], tuple[LaunchedJob, Arm]]
-    affordable: Callable[[], bool]  # time left for another pair
-    baseline: Treatment
-    treatment: Treatment
-    base_arms: list[Arm]
-    treat_arms: list[Arm] = field(default_factory=list)
-    last: LaunchedJob | None = None  # the last treatment run
-
-    def run(self, order: list[str]) -> Comparison:
-        for side in order:
-            if side == "treatment":
-                self.last, arm = self.run_one("treatment", self.treatment)
-                self.treat_arms.append(arm)
-            else:
-                _job, arm = self.run_one("baseline", self.baseline)
-                self.base_arms.append(arm)
-        return Comparison.of(self.base_arms, self.treat_arms)
-
-    def another_pair(self, order: list[str]) -> Comparison | None:
-        return self.run(order) if self.affordable() else None
 
 
 def _candidates(

@@ -8,7 +8,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Any
 
 from gpudoctor.app.errors import NotPossible
@@ -80,15 +80,15 @@ def trial(
     command = list(request.command)
     arms: dict[str, list[Arm]] = {"baseline": [], "treatment": []}
 
-    def run(side: str, argv: list[str], env: dict[str, str]) -> LaunchedJob:
+    def run(side: str, t: Treatment) -> tuple[LaunchedJob, Arm]:
+        argv = list(t.argv)
         progress(
             _("{side} run {n}: {command}").format(
                 side=side_words(side), n=len(arms[side]) + 1, command=" ".join(redact_argv(argv))
             )
         )
-        job, arm = run_arm(argv, env, request.steps, store, output=output)
+        job, arm = run_arm(argv, t.env, request.steps, store, output=output)
         conclude(job, store, request.lang)
-        arms[side].append(arm)
         busy = sum(arm.busy)
         crowded = (
             _("; other processes took its cores during {busy} of them").format(busy=busy)
@@ -104,10 +104,12 @@ def trial(
                 crowded=crowded,
             )
         )
-        return job
+        return job, arm
 
-    first = run("baseline", command, {})
-    check_baseline(arms["baseline"][0], _("nothing to compare"))
+    baseline = Treatment(tuple(command))
+    first, first_arm = run("baseline", baseline)
+    arms["baseline"].append(first_arm)
+    check_baseline(first_arm, _("nothing to compare"))
     treatment = treatment_of(first.timeline, request, progress)
     for change in treatment.applied:
         why = f" ({change.why})" if change.why else ""
@@ -122,22 +124,13 @@ def trial(
         progress(
             _("predicted {span}: {basis}").format(span=predicted.words(), basis=predicted.basis)
         )
-    last: LaunchedJob | None = None
-
-    def run_sides(order: list[str]) -> Comparison:
-        nonlocal last
-        for side in order:
-            if side == "treatment":
-                last = run("treatment", list(treatment.argv), treatment.env)
-            else:
-                run("baseline", command, {})
-        return Comparison.of(arms["baseline"], arms["treatment"])
-
+    # a trial has no budget: every pair `settle` asks for is run
+    sides = Sides(run, lambda: True, baseline, treatment, arms["baseline"], arms["treatment"])
     comparison, extra = settle(
-        run_sides(arm_order(request.repeat)),
+        sides.run(arm_order(request.repeat)),
         request.repeat,
         request.extra_pairs,
-        run_sides,
+        sides.run,
         progress,
     )
     result = TrialResult(
@@ -152,10 +145,38 @@ def trial(
         extra_pairs=extra,
         predicted=predicted,
     )
+    last = sides.last
     if last is not None and last.session_id is not None:
         store.add(last.session_id, "trial", time.monotonic_ns(), result.to_dict())
         store.commit()
     return result
+
+
+@dataclass
+class Sides:
+    """One trial's runs, baseline and treatment, in an order (`trial`'s, and each of
+    `fix`'s trials: the configuration kept so far against the one tried)."""
+
+    run_one: Callable[[str, Treatment], tuple[LaunchedJob, Arm]]
+    affordable: Callable[[], bool]  # time left for another pair
+    baseline: Treatment
+    treatment: Treatment
+    base_arms: list[Arm]
+    treat_arms: list[Arm] = field(default_factory=list)
+    last: LaunchedJob | None = None  # the last treatment run
+
+    def run(self, order: list[str]) -> Comparison:
+        for side in order:
+            if side == "treatment":
+                self.last, arm = self.run_one("treatment", self.treatment)
+                self.treat_arms.append(arm)
+            else:
+                _job, arm = self.run_one("baseline", self.baseline)
+                self.base_arms.append(arm)
+        return Comparison.of(self.base_arms, self.treat_arms)
+
+    def another_pair(self, order: list[str]) -> Comparison | None:
+        return self.run(order) if self.affordable() else None
 
 
 def check_baseline(base: Arm, then: str) -> None:
