@@ -53,7 +53,8 @@ def redacted_traceback(exc: BaseException) -> str:
 def keep_failure(exc: BaseException, argv: Sequence[str], store_path: Path) -> Path | None:
     """A fault of the doctor's own kept in the `logs` folder for a report (the doctor's
     command line and version, the traceback; secrets masked: it is the file a person is
-    asked to attach): its path, or None when it cannot be written."""
+    asked to attach): its path, or None when it cannot be written (whatever the reason:
+    the TUI's loop thread calls it as it fails, and must still tell the app)."""
     logs = logs_folder(store_path)
     path = logs / time.strftime("doctor-failed-%Y%m%d-%H%M%S.txt")
     try:
@@ -61,7 +62,7 @@ def keep_failure(exc: BaseException, argv: Sequence[str], store_path: Path) -> P
         with open(path, "w", encoding="utf-8") as out:
             out.write(f"gpudoctor {__version__}: gpudoctor {shlex.join(redact_argv(list(argv)))}\n")
             out.write(redacted_traceback(exc))
-    except OSError:
+    except Exception:  # noqa: BLE001 (said where it is called from: no file, never a new fault)
         return None
     return path
 
