@@ -49,8 +49,12 @@ def percentile(values: list[float], q: float) -> float:
     if not values:
         return 0.0
     ordered = sorted(values)
-    k = max(0, min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1))))
-    return ordered[k]
+    return ordered[_nearest_rank(len(ordered), q)]
+
+
+def _nearest_rank(n: int, q: float) -> int:
+    """The index of the q-th percentile's value among n values in order."""
+    return max(0, min(n - 1, round(q / 100 * (n - 1))))
 
 
 def median_ms(ordered_ns: list[int]) -> float:
@@ -64,8 +68,7 @@ def median_ms(ordered_ns: list[int]) -> float:
 
 def percentile_ms(ordered_ns: list[int], q: float) -> float:
     """percentile() of the times in milliseconds, from times in nanoseconds in order."""
-    k = max(0, min(len(ordered_ns) - 1, round(q / 100 * (len(ordered_ns) - 1))))
-    return ordered_ns[k] / 1e6 if ordered_ns else 0.0
+    return ordered_ns[_nearest_rank(len(ordered_ns), q)] / 1e6 if ordered_ns else 0.0
 
 
 def stack_steps_per_s(chunks: tuple[StackChunk, ...] | list[StackChunk]) -> float | None:
