@@ -30,6 +30,9 @@ from gpudoctor.probe import protocol
 
 BATCH = protocol.STEP_FIELDS.index("batch_size")
 WIDTH = len(protocol.STEP_FIELDS)
+COUNTED = protocol.COUNTED_FIELDS
+# a counted step's other fields as a record holds them (its batch size unknown: None)
+COUNTED_REST = tuple(None if f < 0 else f for f in protocol.COUNTED_REST)
 NUMBER = STEP_FIELD["number"]
 # A week-long run must not grow the doctor without bound: the timeline keeps the most
 # recent samples and steps as rows (the store keeps them all), every steady step rolled
@@ -56,18 +59,30 @@ _record = partial(tuple.__new__, StepRecord)  # StepRecord(*fields) without its 
 
 
 def steps_of(pid: int, rows: list[list[Any]]) -> list[StepRecord]:
-    """Step rows as the probe sends them (protocol.STEP_FIELDS), as records; thousands a
-    second on a fast loop, so built in bulk (bench/ingest.py). ValueError when a row
-    has neither this version's fields nor the first version's (no `detail`: detailed)."""
+    """Step rows as the probe sends them (protocol.STEP_FIELDS; a step only counted and
+    timed in its first COUNTED_FIELDS), as records; thousands a second on a fast loop, so
+    built in bulk (bench/ingest.py). ValueError when a row has neither this version's
+    fields, nor a counted step's, nor the first version's (no `detail`: detailed)."""
     widths = set(map(len, rows))
-    if widths != {WIDTH}:
-        if widths - {WIDTH, protocol.STEP_FIELDS_V1_0}:
+    if widths - {WIDTH, COUNTED}:
+        if widths - {WIDTH, COUNTED, protocol.STEP_FIELDS_V1_0}:
             raise ValueError(f"step rows of {sorted(widths)} fields")
-        rows = [row if len(row) == WIDTH else [*row, 1] for row in rows]
+        rows = [[*row, 1] if len(row) == protocol.STEP_FIELDS_V1_0 else row for row in rows]
+    if COUNTED in widths:
+        return [
+            _record((pid, *row) if len(row) == WIDTH else (pid, *row, *COUNTED_REST))
+            for row in _known_batches(rows)
+        ]
+    return list(map(_record, [(pid, *row) for row in _known_batches(rows)]))
+
+
+def _known_batches(rows: list[list[Any]]) -> list[list[Any]]:
+    """The rows with an unknown batch size (-1) as None, set in the rows themselves
+    (which costs a fraction of _replace)."""
     for row in rows:
-        if row[BATCH] < 0:  # unknown (every counted step): None, set in the row itself,
-            row[BATCH] = None  # which costs a fraction of _replace
-    return list(map(_record, [(pid, *row) for row in rows]))
+        if len(row) == WIDTH and row[BATCH] < 0:
+            row[BATCH] = None
+    return rows
 
 
 def steady(steps: list[StepRecord]) -> list[StepRecord]:

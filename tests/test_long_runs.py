@@ -22,6 +22,7 @@ from gpudoctor.diagnosis.ranks import RankSummary
 from gpudoctor.diagnosis.rollup import QUANTILE_ERROR, StepRollup
 from gpudoctor.diagnosis.window import WARMUP_STEPS, median_ms, percentile, percentile_ms
 from gpudoctor.model import StepRecord
+from gpudoctor.probe import protocol
 from gpudoctor.report.build import build
 from gpudoctor.snapshot import take
 from gpudoctor.sources.host import HostReader
@@ -398,9 +399,17 @@ def test_rows_taken_in_bulk_roll_up_as_one_at_a_time() -> None:
     timeline = Timeline(["python", "train.py"], 0.0, 0)
     timeline.ingest_probe({"pid": BASE_PID, "steps": [list(r) for r in batch]})
     timeline.ingest_probe({"pid": BASE_PID, "steps": [list(r) for r in old]})
+    # a step only counted and timed, as the probe sends it: its first three fields, among
+    # whole rows (protocol.COUNTED_FIELDS); the record holds the same as a whole row would
+    counted = [
+        [n, 10**9 + n, 5_000_000 + n, 0, 0, 0, 0, 0, 0, -1, 0, 0, 0] for n in range(350, 400)
+    ]
+    assert all(r[3:] == list(protocol.COUNTED_REST) for r in counted)
+    mixed = [r[:3] if r[0] % 5 else list(r) for r in counted]
+    timeline.ingest_probe({"pid": BASE_PID, "steps": mixed})
     one_by_one = StepRollup()
     expected = []
-    for r in [*batch, *(row + [1] for row in old)]:
+    for r in [*batch, *(row + [1] for row in old), *counted]:
         n, t, wall, loader, outside, fwd, bwd, opt, forwards, size, syncs, copies, detail = r
         record = StepRecord(
             BASE_PID, n, t, wall, loader, outside, fwd, bwd, opt, forwards,
@@ -412,7 +421,8 @@ def test_rows_taken_in_bulk_roll_up_as_one_at_a_time() -> None:
     assert list(timeline.steps[BASE_PID]) == expected
     assert timeline.rollups[BASE_PID] == one_by_one
     # every fourth row detailed, two of them (0 and 4) in the warm-up; the 0 ns step apart
-    assert one_by_one.count == 350 - WARMUP_STEPS and one_by_one.detailed == 75 - 2 + 50
+    assert one_by_one.count == 400 - WARMUP_STEPS and one_by_one.detailed == 75 - 2 + 50
     assert one_by_one.buckets[-1] == 1
-    with pytest.raises(ValueError):
-        steps_of(BASE_PID, [[1, 2, 3]])
+    for width in (2, 4, 11):
+        with pytest.raises(ValueError):
+            steps_of(BASE_PID, [[1] * width])

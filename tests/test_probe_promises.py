@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import textwrap
 import time
@@ -15,6 +16,9 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import PY, env_without_probe, run_job
+
+from gpudoctor.diagnosis.window import WARMUP_STEPS
+from gpudoctor.probe import protocol
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -132,6 +136,21 @@ def test_results_are_the_same_under_the_doctor(tmp_path: Path) -> None:
     assert proc.returncode == 0
     assert proc.stdout == plain_output(script)
     assert report["steps"]["count"] == 64
+    # the probe sends a step only counted and timed as its first three fields, every
+    # other field of it being the same always (the doctor's decode and store: a third)
+    with sqlite3.connect(tmp_path / "sessions.db") as db:
+        stored = [
+            json.loads(d) for (d,) in db.execute("SELECT data FROM records WHERE kind='probe'")
+        ]
+    rows = [row for m in stored for row in m.get("steps", [])]
+    counted = [row for row in rows if len(row) == protocol.COUNTED_FIELDS]
+    detailed = [row for row in rows if len(row) == len(protocol.STEP_FIELDS)]
+    assert len(counted) + len(detailed) == len(rows) == 64
+    assert counted and all(row[-1] == 1 for row in detailed)  # sampled past the first 20
+    assert [row[0] for row in rows] == list(range(64))
+    # and the doctor reads both: every step counted, the batch size from the detailed
+    assert report["steps"]["steady_count"] == 64 - WARMUP_STEPS
+    assert report["steps"]["batch_size"] == 32
 
 
 def test_a_stopped_doctor_never_blocks_the_job_and_the_count_stays_exact(tmp_path: Path) -> None:

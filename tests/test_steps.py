@@ -234,6 +234,9 @@ def test_sampled_steps_are_all_counted_and_one_in_n_is_detailed() -> None:
     for s in out[1:]:
         parts = (s["loader_ns"], s["forward_ns"], s["backward_ns"], s["batch_size"])
         assert parts == ((2, 3, 4, 32) if s["detail"] else (0, 0, 0, -1))
+        # what the probe leaves out of a counted step's row (protocol.COUNTED_FIELDS)
+        rest = tuple(s.values())[protocol.COUNTED_FIELDS :]
+        assert (rest == protocol.COUNTED_REST) == (not s["detail"])
 
 
 def test_slow_steps_are_detailed_at_least_every_half_second() -> None:

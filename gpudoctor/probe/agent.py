@@ -223,8 +223,9 @@ class Agent:
                 chunk = []
                 self.error("take", exc)
             message: dict[str, Any] = {"v": protocol.VERSION, "pid": os.getpid(), "seq": self.seq}
-            if chunk:
-                message["steps"] = chunk
+            if chunk:  # a step only counted and timed: its first three fields
+                rest, short = protocol.COUNTED_REST, protocol.COUNTED_FIELDS
+                message["steps"] = [row[:short] if row[short:] == rest else row for row in chunk]
             if n == batches - 1:
                 if self.changed_facts:
                     changed, self.changed_facts = self.changed_facts, set()

@@ -97,7 +97,7 @@ def parse(data: bytes) -> dict[str, Any] | None:
     if not isinstance(message.get("pid"), int):
         return None
     steps = message.get("steps", [])
-    widths = {len(protocol.STEP_FIELDS), protocol.STEP_FIELDS_V1_0}
+    widths = {len(protocol.STEP_FIELDS), protocol.STEP_FIELDS_V1_0, protocol.COUNTED_FIELDS}
     if type(steps) is not list:
         return None
     # shape and types checked in bulk: thousands of rows a second arrive here
