@@ -28,7 +28,7 @@ from gpudoctor.tui.plots import (
     numbered_markers,
     time_ticks,
 )
-from gpudoctor.tui.widgets import FindingsPanel, OutputPanel
+from gpudoctor.tui.widgets import FindingsPanel, JobPanel, OutputPanel
 
 SESSION = "dataloader_bound"  # 21 s on an H200: input-bound, GPU util about 1%
 
@@ -225,8 +225,16 @@ def test_a_live_run_plots_its_steps_and_the_range_keys_ask_the_loop_for_them(
                 pilot,
                 lambda: app.screen.series is not None and app.screen.series.step_p50_ms != [],
             )
+            # the main screen, hidden, is not drawn again (its panels still hold what they
+            # showed when it was left); shown again, it is up to date at once
+            main = app.screen_stack[0].query_one(JobPanel)
+            left_with = main.snapshot
+            await wait_for(pilot, lambda: app.snapshot is not left_with)
+            assert main.snapshot is left_with
             await pilot.press("escape")
             assert follower.plot_s == 600.0
+            await pilot.pause()
+            assert main.snapshot is app.snapshot
             await app.run_action("quit")
 
     try:

@@ -13,6 +13,7 @@ from textual import events, on
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
+from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Header, OptionList
 
 from gpudoctor.i18n import _
@@ -74,6 +75,7 @@ class DoctorApp(App[JobExit | None]):
         self.plots: PlotsScreen | None = None  # the plots screen, while it is open
         self.plot_range = len(RANGES) - 1  # the stretch it shows (the whole run at first)
         self.tall = False  # a tall terminal: findings as tall as they need, a strip of plots
+        self._hidden = False  # snapshots came while another screen hid the main one
 
     def request_trial(self, remedy: str) -> None:
         self.trial_request = remedy
@@ -95,8 +97,18 @@ class DoctorApp(App[JobExit | None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        """Nothing to set up here: NO_COLOR is honoured by Textual itself (App.no_color
-        turns the output monochrome)."""
+        """NO_COLOR is honoured by Textual itself (App.no_color turns the output
+        monochrome); the main screen is brought up to date when it shows again."""
+        self.screen_change_signal.subscribe(self, self._screen_changed)
+
+    def _main_hidden(self) -> bool:
+        """Another whole screen (plots, a finding, the output...) hides the main one: a
+        dialog (ModalScreen) leaves it in sight."""
+        return len(self.screen_stack) > 1 and not isinstance(self.screen, ModalScreen)
+
+    def _screen_changed(self, _screen: Screen[Any]) -> None:
+        if self._hidden and not self._main_hidden() and self.snapshot is not None:
+            self.show(self.snapshot)
 
     def on_resize(self, event: events.Resize) -> None:
         # the event's size: the app's own is updated after this handler runs
@@ -156,18 +168,24 @@ class DoctorApp(App[JobExit | None]):
                 timeout=8,
             )
         self.snapshot = snapshot
-        for panel in (GpuPanel, HostPanel, JobPanel, OutputPanel):
-            self.query_one(panel).snapshot = snapshot
-        self.query_one(FindingsPanel).show(snapshot)
-        strip = self.query_one(HistoryStrip)
-        if strip.display:
-            strip.draw(snapshot.series)
         if self.plots is not None:
             if self.plots.is_mounted:
                 self.plots.draw(snapshot.series)
             else:  # pushed, not yet mounted: it draws these when it mounts
                 self.plots.series = snapshot.series
         self.sub_title = self.status_words(snapshot)
+        # the main screen's panels and plots are built again only when it is in sight:
+        # behind the plots screen they cost the doctor of a fast loop about 0.7% of a core
+        # (bench/RESULTS.md, "The plots screen and the probe's shorter rows")
+        self._hidden = self._main_hidden()
+        if self._hidden:
+            return
+        for panel in (GpuPanel, HostPanel, JobPanel, OutputPanel):
+            self.query_one(panel).snapshot = snapshot
+        self.query_one(FindingsPanel).show(snapshot)
+        strip = self.query_one(HistoryStrip)
+        if strip.display:
+            strip.draw(snapshot.series)
         self.call_after_refresh(self._fit_panels)  # with the other panels laid out
 
     def _fit_panels(self) -> None:
