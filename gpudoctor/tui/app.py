@@ -175,7 +175,7 @@ class DoctorApp(App[JobExit | None]):
                 self.plots.series = snapshot.series
         self.sub_title = self.status_words(snapshot)
         # the main screen's panels and plots are built again only when it is in sight:
-        # behind the plots screen they cost the doctor of a fast loop about 0.7% of a core
+        # behind the plots screen they cost the doctor of a fast loop about 0.9% of a core
         # (bench/RESULTS.md, "The plots screen and the probe's shorter rows")
         self._hidden = self._main_hidden()
         if self._hidden:
