@@ -76,6 +76,7 @@ class DoctorApp(App[JobExit | None]):
         self.plot_range = len(RANGES) - 1  # the stretch it shows (the whole run at first)
         self.tall = False  # a tall terminal: findings as tall as they need, a strip of plots
         self._hidden = False  # snapshots came while another screen hid the main one
+        self._watching_screens = False  # told when the screen changes
 
     def request_trial(self, remedy: str) -> None:
         self.trial_request = remedy
@@ -99,7 +100,10 @@ class DoctorApp(App[JobExit | None]):
     def on_mount(self) -> None:
         """NO_COLOR is honoured by Textual itself (App.no_color turns the output
         monochrome); the main screen is brought up to date when it shows again."""
-        self.screen_change_signal.subscribe(self, self._screen_changed)
+        # once: Textual calls every class's on_mount, and the apps below call this too
+        if not self._watching_screens:
+            self._watching_screens = True
+            self.screen_change_signal.subscribe(self, self._screen_changed)
 
     def _main_hidden(self) -> bool:
         """Another whole screen (plots, a finding, the output...) hides the main one: a
