@@ -1,8 +1,9 @@
 """A long run's older records made compact in the store (issue 14): a week on 8 ranks
 under 1 GB, a report of it in seconds.
 
-Every step row costs about 56 bytes in the store: at 100 steps/s on 8 ranks that is
-3.9 GB a day. Host and GPU readings cost 0.5 KB and 0.5 KB a GPU each second: on an
+Every step row cost about 56 bytes in the store: at 100 steps/s on 8 ranks, 3.9 GB a
+day (a step only counted and timed, 31 of 32 on a fast loop, now costs about 32 bytes:
+protocol.COUNTED_FIELDS; still 2.2 GB a day). Host and GPU readings cost 0.5 KB and 0.5 KB a GPU each second: on an
 8-GPU node another 2.7 GB a week; the probe's routine keys (sequence, cumulative
 counts, allocator gauges, four messages a second a rank) 1.7 GB more. So records older
 than KEEP_WHOLE_S are compacted a SLOT_S of record time at a time:
