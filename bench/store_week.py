@@ -5,9 +5,10 @@ replay's seek answer on it.
 
 1. The real ingest path, faster than real time: for HOURS simulated hours, RANKS
    processes each send four probe messages a second (RATE steps a second between them,
-   rows as protocol.STEP_FIELDS, with the version, sequence, cumulative counts and the
-   CUDA allocator's gauges the probe adds), a counter page a second each, a host
-   reading (this machine's, re-stamped) and GPUS GPUs' readings a second, written with
+   rows as protocol.STEP_FIELDS, a step only counted in its COUNTED_FIELDS, with the
+   version, sequence, cumulative counts and the CUDA allocator's gauges the probe
+   adds), a counter page a second each, a host reading (this machine's, re-stamped)
+   and GPUS GPUs' readings a second, written with
    Store.add/add_raw/commit as the doctor writes them; every simulated minute the
    session is compacted as the live doctor compacts it (compaction.py, records older
    than KEEP_WHOLE_S). The store's size is read each hour; what it grows by an hour
@@ -36,6 +37,7 @@ from typing import Any
 
 from gpudoctor.compaction import KEEP_WHOLE_S, SLOT_S, Compactor
 from gpudoctor.model import GpuProcess, GpuSample, JobExit
+from gpudoctor.probe.protocol import COUNTED_FIELDS, COUNTED_REST
 from gpudoctor.snapshot import take
 from gpudoctor.sources.host import HostReader
 from gpudoctor.store import Store, encode
@@ -78,6 +80,7 @@ def ingest(
     compactor = Compactor()
     per_message = rate // 4
     numbers = [0] * ranks
+    rest = list(COUNTED_REST)
     write_s = compact_s = 0.0
     sizes = []
     for second in range(int(hours * 3600)):
@@ -90,10 +93,12 @@ def ingest(
                     n = numbers[rank]
                     wall = int(rng.lognormvariate(0, 0.1) * 10e6)
                     detail = int(n % 10 == 0)  # the probe's sampled detail
-                    rows.append([n, t, wall, wall // 20 if detail else 0, 0,
-                                 wall // 3 if detail else 0, wall // 2 if detail else 0,
-                                 wall // 10 if detail else 0, 0, 64 if detail else -1, 0, 0,
-                                 detail])  # fmt: skip
+                    row = [n, t, wall, wall // 20 if detail else 0, 0,
+                           wall // 3 if detail else 0, wall // 2 if detail else 0,
+                           wall // 10 if detail else 0, 0, 64 if detail else -1, 0, 0,
+                           detail]  # fmt: skip
+                    # as the probe sends a step only counted and timed: three fields
+                    rows.append(row[:COUNTED_FIELDS] if row[COUNTED_FIELDS:] == rest else row)
                     numbers[rank] = n + 1
                 message = {
                     "v": "1.1", "pid": 5000 + rank, "seq": second * 4 + quarter, "steps": rows,
