@@ -37,13 +37,15 @@ fi
 # against the 1024 of every other group), so they get only the CPU the rest leaves idle
 # (about half this 2-core machine's time: the rest's jobs wait on sleeps, sockets and
 # terminals) and a test that times a job keeps the cores it asks for. Nice does not do
-# it: the doctor starts jobs in sessions of their own, and the kernel's autogroups share
-# the CPU between sessions whatever their nice. A fresh clone's .ci/run, 2026-12-03:
-# 1719 s one at a time, 1482 s so (the rest 1402 s, these 654 s beside it, 465 passed).
-# One run as before without a writable
-# cgroup (not root, or no cpu controller), with test paths or workers given, or when
-# other processes already keep half a core busy: they would take the idle CPU these
-# tests live on, and their jobs would outlast their timeouts.
+# it: the kernel's autogroups share the CPU between sessions whatever their nice, and
+# the TUI's jobs, py-spy and tmux run in sessions of their own (measured with each side
+# in a session of its own: test_sample_jobs and test_trial 607 s beside a niced
+# test_compat, ~312 s alone, and many_small_ops lost its finding). A fresh clone's
+# .ci/run, 2026-12-03: 1719 s one at a time, 1446 s so (the rest 1366 s, these 619 s
+# beside it, 465 passed). One run as before without a writable cgroup (not root, or no
+# cpu controller), with test paths or workers given, or when other processes already
+# keep half a core busy: they would take the idle CPU these tests live on, and their
+# jobs would outlast their timeouts.
 BESIDE=(tests/test_compat.py tests/test_devices.py tests/test_import_hygiene.py)
 busy_jiffies() {  # the machine's busy and total CPU time so far (/proc/stat, jiffies)
     read -r _ user nice system idle iowait irq softirq steal _ </proc/stat
