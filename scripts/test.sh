@@ -58,6 +58,8 @@ if [ "$workers" = 0 ] && [ -w /sys/fs/cgroup/cpu ]; then
     for arg in "$@"; do
         case "$arg" in -*) ;; *) split="" ;; esac
     done
+fi
+if [ -n "$split" ]; then
     read -r busy0 total0 <<<"$(busy_jiffies)"
     sleep 2
     read -r busy1 total1 <<<"$(busy_jiffies)"
@@ -86,6 +88,9 @@ if [ -n "$split" ] && mkdir "$group" 2>/dev/null && echo 2 >"$group/cpu.shares";
     cat "$log"
     rm -rf "$log" "$base"
     rmdir "$group" 2>/dev/null || true
+    # 5: pytest collected nothing there (a -k that selects only one part's tests)
+    [ "$beside_rc" = 5 ] && [ "$rc" != 5 ] && beside_rc=0
+    [ "$rc" = 5 ] && [ "$beside_rc" = 0 ] && rc=0
     [ "$rc" = 0 ] && rc=$beside_rc
     exit "$rc"
 fi
