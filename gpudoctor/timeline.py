@@ -148,9 +148,12 @@ class Timeline:
     def mode(self) -> str:
         return "watch" if self.watched_pid is not None else "run"
 
-    def ingest_probe(self, message: dict[str, Any]) -> None:
+    def ingest_probe(self, message: dict[str, Any]) -> StepRollup | None:
+        """A probe message taken in; its steady steps rolled up (None: no steps), which
+        the live doctor hands to compaction (compaction.Compactor.knows)."""
         pid = int(message["pid"])
         rows = message.get("steps") or []
+        these = None
         if rows:
             steps = self.steps.get(pid)
             if steps is None:
@@ -158,7 +161,9 @@ class Timeline:
             self.step_counts[pid] = self.step_counts.get(pid, 0) + len(rows)
             records = steps_of(pid, rows)
             steps.extend(records)
-            self.rollups[pid].add_many(steady(records))
+            these = StepRollup()
+            these.add_many(steady(records))
+            self.rollups[pid].merge(these)
         if "facts" in message:
             if "profile" in message["facts"]:
                 self.profiles.append(self.last_reading_ns())
@@ -176,6 +181,7 @@ class Timeline:
                 self.page_steps[pid] = count
         if "end" in message:
             self.ends[pid] = message["end"]
+        return these
 
     def ingest_rollup(self, pid: int, rows: int, rollup: StepRollup, t_mono_ns: int) -> None:
         """An old stretch of a process's steps, as the store keeps it once compacted

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import PY, ROOT
 
-from gpudoctor import compaction
+from gpudoctor import compaction, jsontext
 from gpudoctor.compaction import Compactor
 from gpudoctor.diagnosis.ranks import RankSummary
 from gpudoctor.diagnosis.rollup import QUANTILE_ERROR, StepRollup
@@ -119,10 +119,14 @@ def test_the_median_and_p90_from_the_rows_ints_are_the_floats_bit_for_bit() -> N
 # -- the store: older records compacted (compaction.py) ------------------------------------
 
 
-def record_a_run(store: Store, ranks: int, steps: int) -> tuple[int, int]:
+def record_a_run(
+    store: Store, ranks: int, steps: int, live: Compactor | None = None
+) -> tuple[int, int]:
     """A run as the doctor records it: probe messages of 400 rows per rank (10 ms steps,
     first half twice as slow), a host reading and two GPUs' each second (a real
-    reading of this machine, and the H200 recording's), counter pages. (session, end)"""
+    reading of this machine, and the H200 recording's), counter pages. (session, end)
+    With `live`, each message is also read and rolled up as the live doctor does, and
+    handed to that compactor (LaunchedJob._drain)."""
     from test_devices import eight_gpus
 
     rng = random.Random(11)
@@ -141,7 +145,11 @@ def record_a_run(store: Store, ranks: int, steps: int) -> tuple[int, int]:
                        "gauges": {"t": t, "peak_reserved": 2**30, "alloc_retries": 0}}  # fmt: skip
             if start == 0:
                 message["facts"] = {"rank": rank}
-            store.add_raw(session, "probe", t, json.dumps(message))
+            text = json.dumps(message)
+            store.add_raw(session, "probe", t, text)
+            if live is not None:
+                read = jsontext.loads(text)
+                live.knows(t, text, read, timeline.ingest_probe(read))
             store.add(session, "page", t, {"pid": BASE_PID + rank, "steps": start + 400})
         for second in range(4):  # 400 steps of 10 ms: four seconds
             t = 10**9 + (start * 10_000_000) + second * 10**9
@@ -178,6 +186,58 @@ def kinds(store: Store, session: int) -> dict[str, tuple[int, int]]:
             (session,),
         )
     }
+
+
+def test_the_live_doctors_compaction_takes_what_it_read_and_writes_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The live doctor hands each probe message it read and rolled up to its compactor,
+    which then does not decode the message's text again: the store it leaves holds the
+    same records, bit for bit (the rollups' buckets aside, whose order may differ), as a
+    compaction that decodes every message."""
+    monkeypatch.setattr(compaction, "SLOT_S", 10.0)
+    decoded = []
+    real_message = compaction._message
+    monkeypatch.setattr(
+        compaction, "_message", lambda data: decoded.append(data) or real_message(data)
+    )
+    stores = {}
+    for name in ("decoding", "live"):
+        store = Store(tmp_path / f"{name}.db")
+        live = Compactor() if name == "live" else None
+        session, end = record_a_run(store, ranks=2, steps=8_000, live=live)
+        decoded.clear()
+        compactor = live or Compactor()
+        while store.compact(session, end - 20 * 10**9, compactor):
+            pass
+        stores[name] = [
+            (kind, t, json.loads(data) if kind == "rollup" else data)
+            for kind, t, data in store.db.execute(
+                "SELECT kind, t_mono_ns, data FROM records WHERE session_id=?"
+                " AND kind IN ('probe', 'rollup', 'page') ORDER BY id",  # (host: read now)
+                (session,),
+            )
+        ]
+        probes = sum(kind == "probe" for kind, _, _ in stores[name])
+        if name == "live":
+            assert not decoded  # each message taken as read, none decoded again
+        else:
+            assert len(decoded) >= probes > 0
+    assert any(kind == "rollup" for kind, _, _ in stores["live"])
+    assert stores["live"] == stores["decoding"]
+
+
+def test_the_live_compactor_keeps_at_most_max_known_messages(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While compaction cannot run (its store locked or full), what the live doctor
+    read stays bounded: past MAX_KNOWN the oldest go (decoded when their turn comes)."""
+    monkeypatch.setattr(compaction, "MAX_KNOWN", 3)
+    compactor = Compactor()
+    for t in range(5):
+        text = json.dumps({"v": "1.1", "pid": 1, "seq": t, "steps": []})
+        compactor.knows(t, text, json.loads(text), None)
+    assert sorted(key[0] for key in compactor.known) == [2, 3, 4]
 
 
 def test_a_compaction_pass_holds_about_a_megabyte_of_records_at_once(tmp_path: Path) -> None:

@@ -186,8 +186,10 @@ class LaunchedJob(Recorder):
         assert self.session_id is not None
         t = time.monotonic_ns()
         for message, raw in self.server.drain():
-            self.timeline.ingest_probe(message)
-            self.store.add_raw(self.session_id, "probe", t, raw.decode())
+            rollup = self.timeline.ingest_probe(message)
+            text = raw.decode()
+            self.store.add_raw(self.session_id, "probe", t, text)
+            self.compactor.knows(t, text, message, rollup)
 
     def _tick(self) -> None:
         assert self.host is not None
