@@ -12,6 +12,7 @@ import sqlite3
 import statistics
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import PY, ROOT
@@ -196,11 +197,14 @@ def test_the_live_doctors_compaction_takes_what_it_read_and_writes_the_same(
     same records, bit for bit (the rollups' buckets aside, whose order may differ), as a
     compaction that decodes every message."""
     monkeypatch.setattr(compaction, "SLOT_S", 10.0)
-    decoded = []
+    decoded: list[str] = []
     real_message = compaction._message
-    monkeypatch.setattr(
-        compaction, "_message", lambda data: decoded.append(data) or real_message(data)
-    )
+
+    def counted(data: str) -> dict[str, Any] | None:
+        decoded.append(data)
+        return real_message(data)
+
+    monkeypatch.setattr(compaction, "_message", counted)
     stores = {}
     for name in ("decoding", "live"):
         store = Store(tmp_path / f"{name}.db")
