@@ -14,8 +14,10 @@ from conftest import PY, SAMPLES, busy_neighbours, doctor
 
 import gpudoctor.app.trial as trials
 import gpudoctor.prescribe.trial as trial_stats
+from gpudoctor.prescribe.predict import Prediction
 from gpudoctor.prescribe.rerun import NotApplicable, plan
-from gpudoctor.prescribe.trial import Arm, Comparison, speedup, t975, verdict
+from gpudoctor.prescribe.trial import Arm, Comparison, speedup, t975, t995, verdict
+from gpudoctor.prescribe.visit import FixStep
 from gpudoctor.report.html import trial_part
 from gpudoctor.report.render import trial_document, trial_markdown, trial_text
 
@@ -271,23 +273,36 @@ def test_runs_that_read_a_change_their_interval_cannot_tell_get_another_pair() -
             (treat if side == "treatment" else base).append(
                 arm([0.0125 / 1.5] * 200 if side == "treatment" else [0.0125] * 200)
             )
-        return Comparison.of(base, treat)
+        return Comparison.of(base, treat, looks=len(base) - 1)  # as Sides counts them
 
     first = Comparison.of(base, treat)
-    assert first.speedup == pytest.approx(1.5, rel=0.01)
+    assert first.speedup == pytest.approx(1.5, rel=0.01) and first.judged is None
     assert first.ci95[0] < 1.0 < first.ci95[1] and first.verdict == "no better than noise"
     assert trial_stats.undecided(first.speedup, first.ci95)
-    c, extra = trials.settle(first, 2, 2, run_pair, say)
-    # one more pair still held 1 (0.93-2.40); the second decided
-    assert extra == 2 and orders == [["baseline", "treatment"], ["treatment", "baseline"]]
-    assert c.verdict == "faster" and c.ci95[0] > 1.0 and len(said) == 2
-    assert "the runs read 1.50x but their interval" in said[0] and "(1 of at most 2)" in said[0]
+    c, extra = trials.settle(first, 2, 3, run_pair, say)
+    # two more pairs still held 1 on the 99% interval (after the second, the 95% one
+    # alone would have read faster: 1.08-2.08); the third decided (four looks)
+    assert extra == 3 and orders == [["baseline", "treatment"], ["treatment", "baseline"]] + [
+        ["baseline", "treatment"]
+    ]
+    assert c.looks == 4 and c.judged is not None and c.decided_on == c.judged
+    assert c.judged[0] <= c.ci95[0] and c.judged[1] >= c.ci95[1]
+    assert c.verdict == "faster" and c.judged[0] > 1.0 and len(said) == 3
+    assert "the runs read 1.50x but their interval" in said[0] and "(1 of at most 3)" in said[0]
     # said wherever the trial is shown
-    result = trial_stats.TrialResult(c, (), ("python",), ("python",), "python", {}, 100, 2, 2)
-    assert result.to_dict()["extra_pairs"] == 2
-    words = "2 more runs a side: the runs before read a change their interval could not tell"
-    assert words in trial_text(result) and words in trial_markdown(result)
-    assert words in "".join(trial_part(trial_document(result)["trial"]))
+    result = trial_stats.TrialResult(c, (), ("python",), ("python",), "python", {}, 100, 2, 3)
+    assert result.to_dict()["extra_pairs"] == 3
+    judged = result.to_dict()["judged"]
+    assert judged["level"] == 0.99 and judged["looks"] == 4
+    assert judged["ci"] == [round(x, 4) for x in c.judged]
+    words = "3 more runs a side: the runs before read a change their interval could not tell"
+    why = f"verdict on the 99% interval {c.judged[0]:.2f}-{c.judged[1]:.2f}x: these runs were compared 4 times"
+    for shown in (
+        trial_text(result),
+        trial_markdown(result),
+        "".join(trial_part(trial_document(result)["trial"])),
+    ):
+        assert words in shown and why in shown
     # at most the pairs allowed; none when there is no time left
     base[:], treat[:] = base[:2], treat[:2]
     orders.clear()
@@ -302,6 +317,24 @@ def test_runs_that_read_a_change_their_interval_cannot_tell_get_another_pair() -
     same = Comparison.of([arm([0.010] * 200), arm([0.013] * 200)], [arm([0.0118] * 200)] * 2)
     assert same.ci95[0] < 1.0 < same.ci95[1] and not trial_stats.undecided(same.speedup, same.ci95)
     assert trials.settle(same, 2, 2, run_pair, say) == (same, 0) and orders == []
+
+
+def test_after_more_than_one_look_the_verdict_rests_on_the_99_percent_interval() -> None:
+    """Runs compared a second time (an extra pair after a look that could not decide)
+    whose 95% interval just clears 1: each look is another chance for noise to read as a
+    change, so the verdict rests on the 99% interval, which still holds 1. The same runs
+    at their first look read faster on the 95% one."""
+    assert (t995(1), t995(2.7), t995(30), t995(60), t995(500)) == (63.657, 9.925, 2.75, 2.66, 2.576)
+    base = [arm([0.0100] * 200), arm([0.0108] * 200), arm([0.0104] * 200)]
+    treat = [arm([w / 1.10] * 200) for w in (0.0100, 0.0108, 0.0104)]
+    once = Comparison.of(base, treat)
+    again = Comparison.of(base, treat, looks=2)
+    assert (once.speedup, once.ci95) == (again.speedup, again.ci95)  # the 95% one as before
+    assert once.verdict == "faster" and once.ci95[0] > 1.0 and once.judged is None
+    assert again.judged is not None and again.judged[0] < 1.0 < again.judged[1]
+    assert again.verdict == "no better than noise" and again.decided_on == again.judged
+    step = FixStep("more-workers", "input-bound", (), Prediction(1.0, 1.2, "test"), again)
+    assert not step.kept and step.as_dict()["judged"]["looks"] == 2  # fix keeps it only if faster
 
 
 def test_plan_names_the_flag_the_probe_or_says_it_cannot() -> None:

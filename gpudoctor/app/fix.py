@@ -37,7 +37,13 @@ from gpudoctor.prescribe.rerun import NotApplicable, Treatment, plan
 from gpudoctor.prescribe.trial import EXTRA_PAIRS, Arm, Comparison
 from gpudoctor.prescribe.visit import FixResult, FixStep
 from gpudoctor.redact import redact_argv
-from gpudoctor.report.render import numerics_words, side_words, verdict_words, via_words
+from gpudoctor.report.render import (
+    judged_words,
+    numerics_words,
+    side_words,
+    verdict_words,
+    via_words,
+)
 from gpudoctor.store import Store
 from gpudoctor.timeline import Timeline
 
@@ -157,6 +163,8 @@ def fix(
                 kept=_("kept") if step.kept else _("not kept"),
             )
         )
+        if comparison.judged:
+            progress("  " + judged_words(comparison.looks, *comparison.judged))
         if step.kept and last is not None:
             kept.append(remedy)
             current = treatment

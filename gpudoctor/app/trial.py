@@ -164,6 +164,7 @@ class Sides:
     base_arms: list[Arm]
     treat_arms: list[Arm] = field(default_factory=list)
     last: LaunchedJob | None = None  # the last treatment run
+    looks: int = 0  # the times these runs were compared (each after more of them ran)
 
     def run(self, order: list[str]) -> Comparison:
         for side in order:
@@ -173,7 +174,8 @@ class Sides:
             else:
                 _job, arm = self.run_one("baseline", self.baseline)
                 self.base_arms.append(arm)
-        return Comparison.of(self.base_arms, self.treat_arms)
+        self.looks += 1
+        return Comparison.of(self.base_arms, self.treat_arms, self.looks)
 
     def another_pair(self, order: list[str]) -> Comparison | None:
         return self.run(order) if self.affordable() else None
@@ -219,8 +221,8 @@ def settle(
     from noise (prescribe/trial.py's `undecided`), up to `extra_pairs`; `run_pair` runs
     the sides in the order given and compares again (None: no time left for it)."""
     done = 0
-    while done < extra_pairs and undecided(comparison.speedup, comparison.ci95):
-        lo, hi = comparison.ci95
+    while done < extra_pairs and undecided(comparison.speedup, comparison.decided_on):
+        lo, hi = comparison.decided_on
         progress(
             _(
                 "the runs read {speedup:.2f}x but their interval [{low:.2f}, {high:.2f}] holds 1: "

@@ -45,7 +45,8 @@ METHOD = (
     "resampled), 2000 rounds, widened by the spread between runs when repeated (a "
     "Student-t quantile, Welch-Satterthwaite degrees of freedom); steps while other "
     "processes took the job's cores left out when enough quiet ones remain; the first "
-    "25 steps of each run are warm-up"
+    "25 steps of each run are warm-up; after more runs than asked (a look that could not "
+    "decide), the verdict rests on the 99% interval"
 )
 
 
@@ -153,12 +154,14 @@ def _sample_after(hosts: list[HostSample], times: list[int], t_ns: int) -> HostS
 
 
 def speedup(
-    baseline: Sequence[Arm], treatment: Sequence[Arm], seed: int = 0
+    baseline: Sequence[Arm], treatment: Sequence[Arm], seed: int = 0, level: float = 0.95
 ) -> tuple[float, tuple[float, float]]:
-    """Treatment samples/s over baseline samples/s (arms pooled), with a 95% interval:
-    a moving-block bootstrap of each side's steps (and of the runs, when repeated),
-    widened on the log scale by the spread between the runs of each side when there are
-    two or more (a noisy machine's runs differ by more than their steps do)."""
+    """Treatment samples/s over baseline samples/s (arms pooled), with an interval at
+    `level` (0.95 or 0.99): a moving-block bootstrap of each side's steps (and of the
+    runs, when repeated), widened on the log scale by the spread between the runs of
+    each side when there are two or more (a noisy machine's runs differ by more than
+    their steps do)."""
+    tail = (1 - level) / 2
     rng = random.Random(seed)
     point = _rate(baseline) and _rate(treatment) / _rate(baseline)
     ratios = []
@@ -168,18 +171,18 @@ def speedup(
         if b and t:
             ratios.append(t / b)
     ratios.sort()
-    low = ratios[int(0.025 * (len(ratios) - 1))]
-    high = ratios[int(0.975 * (len(ratios) - 1))]
+    low = ratios[int(tail * (len(ratios) - 1))]
+    high = ratios[int((1 - tail) * (len(ratios) - 1))]
     parts = [_between_runs(baseline), _between_runs(treatment)]
     between = sum(v for v, _ in parts)
     if between and point:
-        boot_sd = (math.log(high) - math.log(low)) / (2 * Z95)
+        boot_sd = (math.log(high) - math.log(low)) / (2 * (Z99 if level == 0.99 else Z95))
         sd2 = boot_sd**2 + between
         # Welch-Satterthwaite: the bootstrap's term has many degrees of freedom, each
         # side's between-run term as many as its runs less one
         df = sd2**2 / sum(v**2 / (n - 1) for v, n in parts if v)
         sd = math.sqrt(sd2)
-        q = t975(df)
+        q = t995(df) if level == 0.99 else t975(df)
         low = min(low, math.exp(math.log(point) - q * sd))
         high = max(high, math.exp(math.log(point) + q * sd))
     return point, (low, high)
@@ -195,15 +198,33 @@ T975 = (
 )  # fmt: skip
 
 
+# ...and the 0.995 quantile (two-sided 99%), the same table's column
+T995 = (
+    63.657, 9.925, 5.841, 4.604, 4.032, 3.707, 3.499, 3.355, 3.250, 3.169,
+    3.106, 3.055, 3.012, 2.977, 2.947, 2.921, 2.898, 2.878, 2.861, 2.845,
+    2.831, 2.819, 2.807, 2.797, 2.787, 2.779, 2.771, 2.763, 2.756, 2.750,
+)  # fmt: skip
+Z99 = 2.576
+
+
 def t975(df: float) -> float:
     """The 0.975 quantile of Student's t at `df` degrees of freedom, rounded down (the
     wider interval) to a whole number; the normal's beyond the table (120: 1.980)."""
+    return _t(T975, df, 2.000, Z95)
+
+
+def t995(df: float) -> float:
+    """The 0.995 quantile, as t975 does it (60: 2.660; 120: 2.617)."""
+    return _t(T995, df, 2.660, Z99)
+
+
+def _t(table: tuple[float, ...], df: float, to_120: float, normal: float) -> float:
     whole = int(df)
     if whole < 1:
-        return T975[0]
-    if whole <= len(T975):
-        return T975[whole - 1]
-    return 2.000 if whole < 120 else Z95
+        return table[0]
+    if whole <= len(table):
+        return table[whole - 1]
+    return to_120 if whole < 120 else normal
 
 
 def _between_runs(arms: Sequence[Arm]) -> tuple[float, int]:
@@ -249,6 +270,13 @@ def _with_walls(a: Arm, walls: tuple[float, ...]) -> Arm:
 # coverage benchmark's cases read apart from noise (bench/RESULTS.md); no published anchor.
 UNDECIDED_SPEEDUP = 1.10
 EXTRA_PAIRS = 2
+# Each extra pair is another look at the same question: judged on the 95% interval each
+# time, a change that does nothing would read "faster" more often than the 1 in 40 that
+# interval promises (its low end gets another chance to clear 1 by luck). After the
+# first look, the verdict rests on the 99% interval: with up to EXTRA_PAIRS more looks,
+# the chance of a false "faster" stays under 2.5% + 0.5% per extra look (Bonferroni's
+# union bound: 3.5% with two), where judging each look at 95% allowed up to 7.5%.
+JUDGED_LEVEL = 0.99
 
 
 def undecided(speedup: float, ci: tuple[float, float]) -> bool:
@@ -363,19 +391,37 @@ class Comparison:
     verdict: str
     crowding: Crowding | None = None
     loss: LossCheck | None = None  # the loss with the treatment against without it
+    # how many times these runs were compared (1, and one more for each extra pair run
+    # after a look), and the interval the verdict rests on after the first (JUDGED_LEVEL)
+    looks: int = 1
+    judged: tuple[float, float] | None = None
 
     @classmethod
-    def of(cls, baseline: Sequence[Arm], treatment: Sequence[Arm]) -> Comparison:
+    def of(cls, baseline: Sequence[Arm], treatment: Sequence[Arm], looks: int = 1) -> Comparison:
         loss = LossCheck.of(baseline, treatment)
         crowding = _crowding(baseline, treatment)
         if crowding is not None and crowding.left_out:
             baseline = [q for q in (a.quiet() for a in baseline) if q.walls_s]
             treatment = [q for q in (a.quiet() for a in treatment) if q.walls_s]
         point, ci = speedup(baseline, treatment)
+        judged = speedup(baseline, treatment, level=JUDGED_LEVEL)[1] if looks > 1 else None
         return cls(
-            Side(tuple(baseline)), Side(tuple(treatment)), point, ci, verdict(ci, treatment),
-            crowding, loss,
+            Side(tuple(baseline)), Side(tuple(treatment)), point, ci,
+            verdict(judged or ci, treatment), crowding, loss, looks, judged,
         )  # fmt: skip
+
+    def judged_as_dict(self) -> dict[str, Any] | None:
+        """After more than one look, the verdict's interval (JUDGED_LEVEL); else None."""
+        if self.judged is None:
+            return None
+        low, high = self.judged
+        return {"level": JUDGED_LEVEL, "looks": self.looks, "ci": [round(low, 4), round(high, 4)]}
+
+    @property
+    def decided_on(self) -> tuple[float, float]:
+        """The interval the verdict rests on: the 95% one at the first look, else the
+        wider one (JUDGED_LEVEL)."""
+        return self.judged or self.ci95
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -384,6 +430,7 @@ class Comparison:
             "speedup": round(self.speedup, 4),
             "ci95": [round(self.ci95[0], 4), round(self.ci95[1], 4)],
             "verdict": self.verdict,
+            "judged": self.judged_as_dict(),
             "machine_busy": self.crowding.as_dict() if self.crowding else None,
             "loss": self.loss.as_dict() if self.loss else None,
         }

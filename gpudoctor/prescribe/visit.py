@@ -48,6 +48,7 @@ class FixStep:
             "measured": round(c.speedup, 4),
             "ci95": [round(c.ci95[0], 4), round(c.ci95[1], 4)],
             "verdict": c.verdict,
+            "judged": c.judged_as_dict(),
             "machine_busy": c.crowding.as_dict() if c.crowding else None,
             "changes_numerics": self.changes_numerics,
             "loss": c.loss.as_dict() if c.loss else None,

@@ -24,6 +24,7 @@ from gpudoctor.prescribe.batch_size import reason_words
 from gpudoctor.prescribe.loss import LossCheck
 from gpudoctor.report.render import (
     extra_pairs_words,
+    judged_words,
     predicted_words,
     profile_title,
     side_words,
@@ -310,6 +311,9 @@ def trial_part(t: dict[str, Any]) -> list[str]:
         )
     if t.get("extra_pairs"):
         out.append("<li>" + e(extra_pairs_words(int(t["extra_pairs"]))) + "</li>")
+    judged = t.get("judged")
+    if judged:
+        out.append("<li>" + e(judged_words(int(judged["looks"]), *judged["ci"])) + "</li>")
     loss = t.get("loss")
     if loss and any(c.get("changes_numerics") for c in t.get("applied", [])):
         words = _("changes numerics: {loss}").format(loss=LossCheck.from_dict(loss).words())

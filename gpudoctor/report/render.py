@@ -333,6 +333,8 @@ def trial_text(r: TrialResult) -> str:
     )
     if r.extra_pairs:
         lines.append("  " + extra_pairs_words(r.extra_pairs))
+    if c.judged:
+        lines.append("  " + judged_words(c.looks, *c.judged))
     if c.crowding is not None:
         lines.append(f"  {c.crowding.words()}")
     if any(a.changes_numerics for a in r.applied):
@@ -341,6 +343,15 @@ def trial_text(r: TrialResult) -> str:
         "  " + _("treatment command: {command}").format(command=redact_text(r.treatment_shown))
     )
     return "\n".join(lines) + "\n"
+
+
+def judged_words(looks: int, low: float, high: float) -> str:
+    """The interval a verdict rests on after more than one look (prescribe/trial.py's
+    JUDGED_LEVEL), and why."""
+    return _(
+        "verdict on the 99% interval {low:.2f}-{high:.2f}x: these runs were compared {n} "
+        "times, and each look more is another chance for noise to read as a change"
+    ).format(low=low, high=high, n=looks)
 
 
 def extra_pairs_words(n: int) -> str:
@@ -421,6 +432,8 @@ def trial_markdown(r: TrialResult) -> str:
     ]  # fmt: skip
     if r.extra_pairs:
         lines.append(f"- {extra_pairs_words(r.extra_pairs)}")
+    if r.comparison.judged:
+        lines.append(f"- {judged_words(r.comparison.looks, *r.comparison.judged)}")
     if c.crowding is not None:
         lines.append(f"- {c.crowding.words()}")
     lines += [
