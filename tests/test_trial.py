@@ -111,11 +111,10 @@ def test_more_workers_on_a_healthy_in_memory_job_is_no_gain(tmp_path: Path) -> N
     job = ("--", PY, str(SAMPLES / "in_memory_loader.py"), "--seconds", "600")
     # two runs a side (B T T B): a slow spell of the machine during one run (another
     # process, here a type check run beside CI) no longer reads as a gain. No extra
-    # pairs: each is run only while the runs read a change their interval holds 1 for,
-    # another look at the same question that gives a 1-in-40 miss of the interval's
-    # low end another chance (CI once read "faster" here, 2026-12-03, its message cut
-    # before it said after how many pairs; the extra pairs are checked in
-    # test_runs_that_read_a_change_their_interval_cannot_tell_get_another_pair)
+    # pairs: each is another look at the same question (CI once read "faster" here,
+    # 2026-12-03, before the verdict after a second look rested on the 99% interval);
+    # the extra pairs are checked in
+    # test_runs_that_read_a_change_their_interval_cannot_tell_get_another_pair
     proc, result = trial(
         tmp_path, "--apply", "more-workers", "--repeat", "2", "--extra-pairs", "0", *job
     )
