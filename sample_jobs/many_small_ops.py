@@ -17,6 +17,10 @@ from _common import mlp, parser, step_range
 def main() -> None:
     args = parser(__doc__.splitlines()[0], steps=150, batch_size=16).parse_args()
     torch.manual_seed(args.seed)
+    # one intra-op thread: these operations are too small to split between threads, and
+    # two threads on a machine where another process keeps a core busy stall each other
+    # at every operation (about 2,900 us a leaf module on 2 cores, against 10 us with one)
+    torch.set_num_threads(1)
     device = torch.device(args.device)
     x_all = torch.randn(4096, 32, device=device)
     y_all = torch.randint(0, 10, (4096,), device=device)
