@@ -161,6 +161,9 @@ def speedup(
     runs, when repeated), widened on the log scale by the spread between the runs of
     each side when there are two or more (a noisy machine's runs differ by more than
     their steps do)."""
+    if level not in (0.95, 0.99):  # the levels whose quantiles are tabled below
+        raise ValueError(f"an interval at {level}: only 0.95 and 0.99")
+    z, t_quantile = (Z95, t975) if level == 0.95 else (Z99, t995)
     tail = (1 - level) / 2
     rng = random.Random(seed)
     point = _rate(baseline) and _rate(treatment) / _rate(baseline)
@@ -176,13 +179,13 @@ def speedup(
     parts = [_between_runs(baseline), _between_runs(treatment)]
     between = sum(v for v, _ in parts)
     if between and point:
-        boot_sd = (math.log(high) - math.log(low)) / (2 * (Z99 if level == 0.99 else Z95))
+        boot_sd = (math.log(high) - math.log(low)) / (2 * z)
         sd2 = boot_sd**2 + between
         # Welch-Satterthwaite: the bootstrap's term has many degrees of freedom, each
         # side's between-run term as many as its runs less one
         df = sd2**2 / sum(v**2 / (n - 1) for v, n in parts if v)
         sd = math.sqrt(sd2)
-        q = t995(df) if level == 0.99 else t975(df)
+        q = t_quantile(df)
         low = min(low, math.exp(math.log(point) - q * sd))
         high = max(high, math.exp(math.log(point) + q * sd))
     return point, (low, high)
