@@ -432,8 +432,8 @@ def trial_markdown(r: TrialResult) -> str:
     ]  # fmt: skip
     if r.extra_pairs:
         lines.append(f"- {extra_pairs_words(r.extra_pairs)}")
-    if r.comparison.judged:
-        lines.append(f"- {judged_words(r.comparison.looks, *r.comparison.judged)}")
+    if c.judged:
+        lines.append(f"- {judged_words(c.looks, *c.judged)}")
     if c.crowding is not None:
         lines.append(f"- {c.crowding.words()}")
     lines += [
