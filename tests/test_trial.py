@@ -332,6 +332,9 @@ def test_after_more_than_one_look_the_verdict_rests_on_the_99_percent_interval()
     assert once.verdict == "faster" and once.ci95[0] > 1.0 and once.judged is None
     assert again.judged is not None and again.judged[0] < 1.0 < again.judged[1]
     assert again.verdict == "no better than noise" and again.decided_on == again.judged
+    # both intervals from one bootstrap: each the same as its level's alone
+    assert again.judged == speedup(base, treat, level=0.99)[1]
+    assert again.ci95 == speedup(base, treat)[1]
     step = FixStep("more-workers", "input-bound", (), Prediction(1.0, 1.2, "test"), again)
     assert not step.kept and step.as_dict()["judged"]["looks"] == 2  # fix keeps it only if faster
 

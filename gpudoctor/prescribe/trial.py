@@ -161,10 +161,21 @@ def speedup(
     runs, when repeated), widened on the log scale by the spread between the runs of
     each side when there are two or more (a noisy machine's runs differ by more than
     their steps do)."""
-    if level not in (0.95, 0.99):  # the levels whose quantiles are tabled below
-        raise ValueError(f"an interval at {level}: only 0.95 and 0.99")
-    z, t_quantile = (Z95, t975) if level == 0.95 else (Z99, t995)
-    tail = (1 - level) / 2
+    point, (ci,) = speedups(baseline, treatment, seed, (level,))
+    return point, ci
+
+
+def speedups(
+    baseline: Sequence[Arm],
+    treatment: Sequence[Arm],
+    seed: int = 0,
+    levels: tuple[float, ...] = (0.95,),
+) -> tuple[float, list[tuple[float, float]]]:
+    """speedup() at each of `levels`, from one bootstrap (each level's interval the
+    same as speedup() gives at that level alone)."""
+    for level in levels:
+        if level not in (0.95, 0.99):  # the levels whose quantiles are tabled below
+            raise ValueError(f"an interval at {level}: only 0.95 and 0.99")
     rng = random.Random(seed)
     point = _rate(baseline) and _rate(treatment) / _rate(baseline)
     ratios = []
@@ -174,21 +185,26 @@ def speedup(
         if b and t:
             ratios.append(t / b)
     ratios.sort()
-    low = ratios[int(tail * (len(ratios) - 1))]
-    high = ratios[int((1 - tail) * (len(ratios) - 1))]
     parts = [_between_runs(baseline), _between_runs(treatment)]
     between = sum(v for v, _ in parts)
-    if between and point:
-        boot_sd = (math.log(high) - math.log(low)) / (2 * z)
-        sd2 = boot_sd**2 + between
-        # Welch-Satterthwaite: the bootstrap's term has many degrees of freedom, each
-        # side's between-run term as many as its runs less one
-        df = sd2**2 / sum(v**2 / (n - 1) for v, n in parts if v)
-        sd = math.sqrt(sd2)
-        q = t_quantile(df)
-        low = min(low, math.exp(math.log(point) - q * sd))
-        high = max(high, math.exp(math.log(point) + q * sd))
-    return point, (low, high)
+    out = []
+    for level in levels:
+        z, t_quantile = (Z95, t975) if level == 0.95 else (Z99, t995)
+        tail = (1 - level) / 2
+        low = ratios[int(tail * (len(ratios) - 1))]
+        high = ratios[int((1 - tail) * (len(ratios) - 1))]
+        if between and point:
+            boot_sd = (math.log(high) - math.log(low)) / (2 * z)
+            sd2 = boot_sd**2 + between
+            # Welch-Satterthwaite: the bootstrap's term has many degrees of freedom,
+            # each side's between-run term as many as its runs less one
+            df = sd2**2 / sum(v**2 / (n - 1) for v, n in parts if v)
+            sd = math.sqrt(sd2)
+            q = t_quantile(df)
+            low = min(low, math.exp(math.log(point) - q * sd))
+            high = max(high, math.exp(math.log(point) + q * sd))
+        out.append((low, high))
+    return point, out
 
 
 Z95 = 1.96
@@ -406,8 +422,10 @@ class Comparison:
         if crowding is not None and crowding.left_out:
             baseline = [q for q in (a.quiet() for a in baseline) if q.walls_s]
             treatment = [q for q in (a.quiet() for a in treatment) if q.walls_s]
-        point, ci = speedup(baseline, treatment)
-        judged = speedup(baseline, treatment, level=JUDGED_LEVEL)[1] if looks > 1 else None
+        # after the first look, the verdict's interval too, from the same bootstrap
+        levels = (0.95, JUDGED_LEVEL) if looks > 1 else (0.95,)
+        point, (ci, *judging) = speedups(baseline, treatment, levels=levels)
+        judged = judging[0] if judging else None
         return cls(
             Side(tuple(baseline)), Side(tuple(treatment)), point, ci,
             verdict(judged or ci, treatment), crowding, loss, looks, judged,
