@@ -37,7 +37,7 @@ from typing import Any
 
 from gpudoctor.compaction import KEEP_WHOLE_S, SLOT_S, Compactor
 from gpudoctor.model import GpuProcess, GpuSample, JobExit
-from gpudoctor.probe.protocol import COUNTED_FIELDS, COUNTED_REST
+from gpudoctor.probe.protocol import sent_rows
 from gpudoctor.snapshot import take
 from gpudoctor.sources.host import HostReader
 from gpudoctor.store import Store, encode
@@ -80,7 +80,6 @@ def ingest(
     compactor = Compactor()
     per_message = rate // 4
     numbers = [0] * ranks
-    rest = list(COUNTED_REST)
     write_s = compact_s = 0.0
     sizes = []
     for second in range(int(hours * 3600)):
@@ -88,20 +87,18 @@ def ingest(
         for quarter in range(4):
             t = second * S + quarter * S // 4
             for rank in range(ranks):
-                rows = []
+                rows: list[tuple[int, ...]] = []
                 for _ in range(per_message):
                     n = numbers[rank]
                     wall = int(rng.lognormvariate(0, 0.1) * 10e6)
                     detail = int(n % 10 == 0)  # the probe's sampled detail
-                    row = [n, t, wall, wall // 20 if detail else 0, 0,
-                           wall // 3 if detail else 0, wall // 2 if detail else 0,
-                           wall // 10 if detail else 0, 0, 64 if detail else -1, 0, 0,
-                           detail]  # fmt: skip
-                    # as the probe sends a step only counted and timed: three fields
-                    rows.append(row[:COUNTED_FIELDS] if row[COUNTED_FIELDS:] == rest else row)
+                    rows.append((n, t, wall, wall // 20 if detail else 0, 0,
+                                 wall // 3 if detail else 0, wall // 2 if detail else 0,
+                                 wall // 10 if detail else 0, 0, 64 if detail else -1, 0, 0,
+                                 detail))  # fmt: skip
                     numbers[rank] = n + 1
-                message = {
-                    "v": "1.1", "pid": 5000 + rank, "seq": second * 4 + quarter, "steps": rows,
+                message = {  # the rows as the probe sends them
+                    "v": "1.1", "pid": 5000 + rank, "seq": second * 4 + quarter, "steps": sent_rows(rows),
                     "gauges": {"t": t, "allocated": 40 << 30, "reserved": 60 << 30,
                                "peak_reserved": 61 << 30, "alloc_retries": 0, "ooms": 0},
                     "counts": {"steps": numbers[rank], "rows": numbers[rank], "dropped": 0},

@@ -224,8 +224,7 @@ class Agent:
                 self.error("take", exc)
             message: dict[str, Any] = {"v": protocol.VERSION, "pid": os.getpid(), "seq": self.seq}
             if chunk:  # a step only counted and timed: its first three fields
-                rest, short = protocol.COUNTED_REST, protocol.COUNTED_FIELDS
-                message["steps"] = [row[:short] if row[short:] == rest else row for row in chunk]
+                message["steps"] = protocol.sent_rows(chunk)
             if n == batches - 1:
                 if self.changed_facts:
                     changed, self.changed_facts = self.changed_facts, set()

@@ -33,6 +33,14 @@ STEP_FIELDS_V1_0 = len(STEP_FIELDS) - 1
 COUNTED_FIELDS = 3
 COUNTED_REST = (0, 0, 0, 0, 0, 0, -1, 0, 0, 0)
 
+
+def sent_rows(rows: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    """Step rows (STEP_FIELDS) as a message carries them: a step only counted and timed
+    as its first COUNTED_FIELDS."""
+    short, rest = COUNTED_FIELDS, COUNTED_REST
+    return [row[:short] if row[short:] == rest else row for row in rows]
+
+
 # A datagram stays well under the default Unix socket send buffer (about 208 KiB).
 MAX_STEPS_PER_MESSAGE = 400
 
