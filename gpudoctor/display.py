@@ -179,7 +179,13 @@ def host_lines(h: HostSample, width: int, core_rows: int = 4) -> list[tuple[str,
     out.append((load.format(load=h.load_1m, iowait=pct(h.iowait_pct, 1)), ""))
     others = h.others_cpu_cores
     if others is not None and others >= 0.25:  # as the host reader starts naming them
-        out.append((_("others {cores:.1f} cores").format(cores=others), ""))
+        niced = h.others_niced_cpu_cores or 0.0
+        words = (
+            _("others {cores:.1f} cores ({niced:.1f} niced)")
+            if niced >= 0.25
+            else _("others {cores:.1f} cores")
+        )
+        out.append((words.format(cores=others, niced=niced), ""))
     mem_pct = h.mem_used_bytes / h.mem_total_bytes * 100 if h.mem_total_bytes else None
     mem = _("mem  {bar} {used} / {total}").format(
         bar=bar((mem_pct or 0) / 100, 6), used=gib(h.mem_used_bytes), total=gib(h.mem_total_bytes)

@@ -104,11 +104,24 @@ class HostSample:
     main_blocked_fraction: float | None = None
     steal_pct: float | None = None
     others: tuple[OtherProcess, ...] = ()  # the busiest, when others took a core's quarter
+    # of others_cpu_cores, the part niced processes ran (a background job at a lower
+    # priority than the job's: it yields a core whenever the job wants one); None where
+    # it was not measured (older records; a niced job or doctor, whose own time the
+    # machine's niced time holds too)
+    others_niced_cpu_cores: float | None = None
 
     @property
     def cpu_pct(self) -> float:
         cores = self.cpu_pct_per_core
         return sum(cores) / len(cores) if cores else 0.0
+
+    @property
+    def competing_cpu_cores(self) -> float | None:
+        """Others' CPU less what niced processes ran: the cores others hold even when the
+        job wants them."""
+        if self.others_cpu_cores is None:
+            return None
+        return max(0.0, self.others_cpu_cores - (self.others_niced_cpu_cores or 0.0))
 
     @property
     def job_cpu_cores(self) -> float:

@@ -33,15 +33,15 @@ def _private_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @contextlib.contextmanager
-def busy_neighbours(n: int = 2) -> Iterator[list[int]]:
+def busy_neighbours(n: int = 2, nice: int = 0) -> Iterator[list[int]]:
     """`n` processes outside the job that keep a core busy each (another user's job on a
     shared server: not a child of the test or of the doctor), their pids; killed on the
-    way out."""
+    way out. `nice`: their niceness (19: a background job that yields to everyone)."""
     pids = []
     try:
         for _ in range(n):
             shell = subprocess.run(
-                ["sh", "-c", f"'{sys.executable}' -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
+                ["sh", "-c", f"nice -n {nice} '{sys.executable}' -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
                 capture_output=True, text=True, check=True,
             )  # fmt: skip
             pids.append(int(shell.stdout))

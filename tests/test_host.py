@@ -7,11 +7,13 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 
+import psutil
 import pytest
 from conftest import busy_neighbours
 
@@ -142,3 +144,40 @@ def test_the_reader_sees_the_job_wait_for_cores_others_take_and_names_them() -> 
         for o in samples[-1].others
         if o.pid in burners
     )
+
+
+def test_the_reader_counts_niced_neighbours_apart() -> None:
+    """Two busy processes beside a quiet job, niced (a background job that yields to
+    everyone): the machine's niced time is theirs, counted apart from the others' cores
+    that compete with the job. The same two not niced: none of it."""
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        for nice in (19, 0):
+            with busy_neighbours(2, nice=nice) as burners:
+                reader = HostReader(job.pid)
+                procs = [psutil.Process(pid) for pid in burners]
+                time.sleep(1.0)
+                reader.read()
+                start, t0 = sum(_cpu_s(p) for p in procs), time.monotonic()
+                samples = []
+                for _ in range(4):
+                    time.sleep(1.0)
+                    samples.append(reader.read())
+                burned = (sum(_cpu_s(p) for p in procs) - start) / (time.monotonic() - t0)
+            niced = statistics.fmean(s.others_niced_cpu_cores or 0.0 for s in samples)
+            others = statistics.fmean(s.others_cpu_cores or 0.0 for s in samples)
+            competing = statistics.fmean(s.competing_cpu_cores or 0.0 for s in samples)
+            assert burned > 0.3, burned  # they ran (beside whatever else runs here)
+            if nice:
+                assert abs(niced - burned) < 0.15 + 0.1 * burned, (niced, burned)
+                assert competing <= others - 0.8 * burned + 0.1, (competing, others, burned)
+            else:
+                assert niced < 0.15 and competing == pytest.approx(others), (niced, others)
+    finally:
+        job.kill()
+        job.wait()
+
+
+def _cpu_s(p: psutil.Process) -> float:
+    t = p.cpu_times()
+    return t.user + t.system

@@ -89,7 +89,8 @@ def test_prometheus_scrapes_each_ranks_step_time(tmp_path: Path) -> None:
         assert {"gpudoctor_step_seconds", "gpudoctor_data_wait_ratio", "gpudoctor_comm_wait_seconds",
                 "gpudoctor_own_work_seconds", "gpudoctor_samples_per_second", "gpudoctor_steps",
                 "gpudoctor_finding_estimated_gain_ratio", "gpudoctor_job_cpu_cores",
-                "gpudoctor_others_cpu_cores", "gpudoctor_job_run_delay_ratio"} <= families  # fmt: skip
+                "gpudoctor_others_cpu_cores", "gpudoctor_others_niced_cpu_cores",
+                "gpudoctor_job_run_delay_ratio"} <= families  # fmt: skip
         assert run.wait(timeout=180) == 0, run.stderr.read() if run.stderr else ""
     finally:
         prometheus.terminate()

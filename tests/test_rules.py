@@ -132,6 +132,29 @@ def test_cpu_saturated_by_someone_else_says_by_whom() -> None:
     assert finding is not None and "other processes" not in finding.evidence
 
 
+def test_cores_a_niced_process_fills_are_not_the_cpu_saturated() -> None:
+    """A niced background job fills the core the job leaves and yields it when the job
+    wants it: the machine reads full, yet a worker more would help (input-bound's remedy),
+    so cpu-saturated, whose words are "more workers cannot help", is not raised."""
+    facts = {"dataloaders": [{"num_workers": 1, "pin_memory": False}]}
+    work = steps(loader_ms=5.0)
+    niced = host(job_cores=1.0, cores=2, cpu_pct=97.0, others_cores=0.94, niced=0.94)
+    assert cpu_saturated.evaluate(window(steps=work, host=niced, facts=facts)) is None
+    assert ids(window(steps=work, host=niced, facts=facts))[0] == "input-bound"
+    # the same cores held at the job's own priority: saturated, and by whom it says
+    held = host(job_cores=1.0, cores=2, cpu_pct=97.0, others_cores=0.94, niced=0.0)
+    finding = cpu_saturated.evaluate(window(steps=work, host=held, facts=facts))
+    assert finding is not None and "other processes take 0.9" in finding.evidence
+    # part niced: under the line once the niced part is left out; or still over it, and
+    # only the part not niced named as taken
+    part = host(job_cores=1.0, cores=2, cpu_pct=97.0, others_cores=0.94, niced=0.3)
+    finding = cpu_saturated.evaluate(window(steps=work, host=part, facts=facts))
+    assert finding is None  # 1.94 - 0.3 = 1.64 of 2 busy: under the 90% line
+    mostly = host(job_cores=1.6, cores=2, cpu_pct=99.0, others_cores=0.38, niced=0.1)
+    finding = cpu_saturated.evaluate(window(steps=work, host=mostly, facts=facts))
+    assert finding is not None and "other processes take 0.3" in finding.evidence
+
+
 def test_noisy_neighbour_on_the_jobs_gpu() -> None:
     other = GpuProcess(
         pid=777,

@@ -63,6 +63,7 @@ def host(
     others: tuple[OtherProcess, ...] = (),
     steal: float | None = None,
     blocked: float | None = None,
+    niced: float | None = None,
 ) -> tuple[HostSample, ...]:
     """Samples spread over the default steps (a real run samples once a second over
     a longer run; the rules care about the share of samples, not their rate)."""
@@ -76,7 +77,7 @@ def host(
             job=(ProcSample(JOB_PID, 1, "python", "main", job_cores * 100, 1 << 30, read_mb_s * 1e6, 0.0, status, 4),),
             others_cpu_cores=others_cores, job_run_delay_fraction=run_delay, steal_pct=steal,
             main_blocked_fraction=blocked,
-            others=others,
+            others=others, others_niced_cpu_cores=niced,
         )
         for i in range(n)
     )  # fmt: skip

@@ -75,6 +75,7 @@ class HostReader:
         self._disk, self._net = disk, net
         job = self._job_tree(now)
         others_cores = self._others_cores(per_core, job)
+        niced = self._others_niced(getattr(times, "nice", None), len(per_core), others_cores)
         steal = getattr(times, "steal", None)
         delay, blocked = (
             self._run_delay.read((p.pid for p in job), {p.pid for p in job if p.role == "main"})
@@ -101,6 +102,7 @@ class HostReader:
             main_blocked_fraction=blocked,
             steal_pct=float(steal) if steal is not None else None,
             others=self._busiest_others(others_cores, job),
+            others_niced_cpu_cores=niced,
         )
 
     def _others_cores(self, per_core: tuple[float, ...], job: tuple[ProcSample, ...]) -> float:
@@ -112,6 +114,19 @@ class HostReader:
             mine = 0.0
         busy = sum(per_core) / 100.0
         return round(max(busy - sum(p.cpu_pct for p in job) / 100.0 - mine, 0.0), 3)
+
+    def _others_niced(self, nice_pct: float | None, cores: int, others: float) -> float | None:
+        """Of the others' cores, those niced processes ran: the machine's niced time
+        (its `nice` column), when neither the job nor the doctor is niced itself (their
+        time would be in it too: not told apart, None)."""
+        if nice_pct is None or self.job_pid is None:
+            return None
+        try:
+            if self._me.nice() > 0 or self._proc(self.job_pid).nice() > 0:
+                return None
+        except psutil.Error:
+            return None
+        return round(min(others, nice_pct / 100.0 * cores), 3)
 
     def _busiest_others(
         self, cores: float, job: tuple[ProcSample, ...]

@@ -6,7 +6,7 @@ from gpudoctor.diagnosis.rules.input_bound import is_input_bound
 from gpudoctor.diagnosis.rules.noisy_neighbour import busiest
 from gpudoctor.diagnosis.window import Window
 from gpudoctor.i18n import _
-from gpudoctor.model import Finding
+from gpudoctor.model import Finding, HostSample
 
 # DESIGN.md section 4: the job's processes use more than 90% of the allowed cores.
 # (No external anchor: more workers cannot help once the cores are full.)
@@ -35,12 +35,12 @@ def evaluate(w: Window) -> Finding | None:
     if len(hosts) < MIN_SAMPLES:
         return None
     allowed = hosts[-1].cores_allowed
-    shares = sorted(max(h.job_cpu_cores, h.cpu_pct / 100 * len(h.cpu_pct_per_core)) for h in hosts)
+    shares = sorted(max(h.job_cpu_cores, _busy_cores(h)) for h in hosts)
     median_cores = shares[len(shares) // 2]
     if median_cores / allowed <= SATURATED_FRACTION:
         return None
     jobs = sorted(h.job_cpu_cores for h in hosts)[len(hosts) // 2]
-    others = sorted(h.others_cpu_cores or 0.0 for h in hosts)[len(hosts) // 2]
+    others = sorted(h.competing_cpu_cores or 0.0 for h in hosts)[len(hosts) // 2]
     by_whom = ""
     if others >= NAMED_OTHERS_CORES:
         who = busiest(list(hosts))
@@ -64,3 +64,11 @@ def evaluate(w: Window) -> Finding | None:
         ),
         estimated_gain=round(w.data_wait_fraction, 3),
     )
+
+
+def _busy_cores(h: HostSample) -> float:
+    """The machine's busy cores less those niced processes ran: a niced background job
+    fills the cores the job leaves, and yields them when the job wants them (beside one
+    on this 2-core machine, dataloader_bound.py with one worker read 1.9 of 2 cores
+    busy, yet two workers ran it 1.5x faster)."""
+    return h.cpu_pct / 100 * len(h.cpu_pct_per_core) - (h.others_niced_cpu_cores or 0.0)
