@@ -42,6 +42,9 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=30)
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=1)
+    # a step of at least this long (its rest asleep, outside the model): a loop at a
+    # chosen step rate (bench/doctor_cost.py: the 10 ms step of the probe's budget)
+    p.add_argument("--pace-ms", type=float, default=0.0)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -61,6 +64,8 @@ def main() -> None:
             optimizer.step()
             if device.type == "cuda":
                 torch.cuda.synchronize()  # the benchmark's own clock, not the probe's
+            if args.pace_ms:
+                time.sleep(max(0.0, last + args.pace_ms / 1000 - time.perf_counter()))
             now, now_cpu = time.perf_counter(), time.thread_time()
             times.append(now - last)
             cpu.append(now_cpu - last_cpu)
