@@ -69,7 +69,7 @@ def main() -> None:
         live = Compactor()
         for (_id, _kind, t, text), message in zip(records, parsed, strict=True):
             assert message is not None
-            live.knows(t, text, message, timeline.ingest_probe(message))
+            live.knows(t, text, message, timeline.ingest_probe(message, apart=True))
         t2 = time.perf_counter()
         Compactor().read(records, 0)
         t3 = time.perf_counter()

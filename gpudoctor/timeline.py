@@ -148,9 +148,11 @@ class Timeline:
     def mode(self) -> str:
         return "watch" if self.watched_pid is not None else "run"
 
-    def ingest_probe(self, message: dict[str, Any]) -> StepRollup | None:
-        """A probe message taken in; its steady steps rolled up (None: no steps), which
-        the live doctor hands to compaction (compaction.Compactor.knows)."""
+    def ingest_probe(self, message: dict[str, Any], apart: bool = False) -> StepRollup | None:
+        """A probe message taken in. `apart`: its steady steps rolled up on their own too
+        and returned (None: no steps), which the live doctor hands to compaction
+        (compaction.Compactor.knows); else (a report's or a replay's loading) they go
+        straight into the process's rollup, without a rollup a message to merge."""
         pid = int(message["pid"])
         rows = message.get("steps") or []
         these = None
@@ -161,9 +163,12 @@ class Timeline:
             self.step_counts[pid] = self.step_counts.get(pid, 0) + len(rows)
             records = steps_of(pid, rows)
             steps.extend(records)
-            these = StepRollup()
-            these.add_many(steady(records))
-            self.rollups[pid].merge(these)
+            if apart:
+                these = StepRollup()
+                these.add_many(steady(records))
+                self.rollups[pid].merge(these)
+            else:
+                self.rollups[pid].add_many(steady(records))
         if "facts" in message:
             if "profile" in message["facts"]:
                 self.profiles.append(self.last_reading_ns())

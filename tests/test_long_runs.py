@@ -150,7 +150,7 @@ def record_a_run(
             store.add_raw(session, "probe", t, text)
             if live is not None:
                 read = jsontext.loads(text)
-                live.knows(t, text, read, timeline.ingest_probe(read))
+                live.knows(t, text, read, timeline.ingest_probe(read, apart=True))
             store.add(session, "page", t, {"pid": BASE_PID + rank, "steps": start + 400})
         for second in range(4):  # 400 steps of 10 ms: four seconds
             t = 10**9 + (start * 10_000_000) + second * 10**9

@@ -84,9 +84,8 @@ class StepRollup:
     def merge(self, other: StepRollup) -> None:
         """Another stretch of the same process's steps added in (the store keeps an old
         stretch of a long run as its rollup: store.py, compaction.py)."""
-        for f in dataclasses.fields(self):
-            if f.name != "buckets":
-                setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+        for name in _SUMMED:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
         for bucket, n in other.buckets.items():
             self.buckets[bucket] = self.buckets.get(bucket, 0) + n
 
@@ -118,3 +117,7 @@ class StepRollup:
                     return 0.0
                 return math.exp((bucket + 0.5) * _LOG_RATIO) / 1e6
         return 0.0  # not reached: the buckets hold every step
+
+
+# the fields merge() adds up (all but the histogram), named once
+_SUMMED = tuple(f.name for f in dataclasses.fields(StepRollup) if f.name != "buckets")

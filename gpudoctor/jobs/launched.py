@@ -186,7 +186,7 @@ class LaunchedJob(Recorder):
         assert self.session_id is not None
         t = time.monotonic_ns()
         for message, raw in self.server.drain():
-            rollup = self.timeline.ingest_probe(message)
+            rollup = self.timeline.ingest_probe(message, apart=True)
             text = raw.decode()
             self.store.add_raw(self.session_id, "probe", t, text)
             self.compactor.knows(t, text, message, rollup)
