@@ -16,7 +16,7 @@ import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psutil
 
@@ -337,7 +337,7 @@ class Store:
                     id=sid,
                     started_unix=started,
                     command=json.loads(command),
-                    exit=JobExit(**json.loads(exit_json)) if exit_json else None,
+                    exit=_built(JobExit, json.loads(exit_json)) if exit_json else None,
                     summary=json.loads(summary_json) if summary_json else {},
                     duration_s=(end_ns - start_ns) / 1e9 if end_ns else None,
                     hostname=row[7],
@@ -401,7 +401,7 @@ class Store:
             ) from None
         timeline.end_mono_ns = end_ns
         if exit_json:
-            timeline.exit = JobExit(**json.loads(exit_json))
+            timeline.exit = _built(JobExit, json.loads(exit_json))
         return last
 
     def prune(self, older_than_s: float, now: float | None = None) -> tuple[int, int]:
@@ -524,7 +524,7 @@ def apply_record(timeline: Timeline, kind: str, data: Any) -> None:
     elif kind == "gpu":
         timeline.gpus.extend(decode_gpu(g) for g in data)
     elif kind == "stacks":
-        timeline.stacks.append(StackChunk(**data))
+        timeline.stacks.append(_built(StackChunk, data))
     elif kind == "hotspots":
         timeline.hotspots.append(HotspotChunk.from_dict(data))
     elif kind == "watch":
@@ -566,16 +566,33 @@ def encode(sample: Any) -> Any:
 def decode_host(d: dict[str, Any]) -> HostSample:
     d = dict(d)
     d["cpu_pct_per_core"] = tuple(d["cpu_pct_per_core"])
-    d["job"] = tuple(ProcSample(**p) for p in d.get("job", ()))
-    d["others"] = tuple(OtherProcess(**p) for p in d.get("others", ()))
-    return HostSample(**d)
+    d["job"] = tuple(_built(ProcSample, p) for p in d.get("job", ()))
+    d["others"] = tuple(_built(OtherProcess, p) for p in d.get("others", ()))
+    return _built(HostSample, d)
 
 
 def decode_gpu(d: dict[str, Any]) -> GpuSample:
     d = dict(d)
-    d["processes"] = tuple(GpuProcess(**p) for p in d.get("processes", ()))
+    d["processes"] = tuple(_built(GpuProcess, p) for p in d.get("processes", ()))
     if d.get("clock_event_reasons") is not None:
         d["clock_event_reasons"] = tuple(d["clock_event_reasons"])
     if d.get("compute_capability") is not None:
         d["compute_capability"] = tuple(d["compute_capability"])
-    return GpuSample(**d)
+    return _built(GpuSample, d)
+
+
+T = TypeVar("T")
+
+
+def _built(cls: type[T], d: dict[str, Any]) -> T:
+    """A reading from its stored fields. A newer doctor's record may carry fields this
+    one does not know (a reading it added since: HostSample.others_niced_cpu_cores
+    was one): those are left out, not a failure to read the whole session. A field
+    missing that has no default still fails (TypeError)."""
+    try:
+        return cls(**d)
+    except TypeError:
+        known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        if set(d) <= known:
+            raise
+        return cls(**{k: v for k, v in d.items() if k in known})

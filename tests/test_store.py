@@ -16,7 +16,7 @@ from conftest import PY
 from windows import gpus, host
 
 from gpudoctor.model import JobExit
-from gpudoctor.store import SCHEMA_VERSION, Store, StoreError, encode
+from gpudoctor.store import SCHEMA_VERSION, Store, StoreError, decode_host, encode
 from gpudoctor.timeline import Timeline
 
 
@@ -173,6 +173,44 @@ def test_a_numbered_store_from_before_compaction_opens_and_reads_as_rows(tmp_pat
     store.close()
     with contextlib.closing(sqlite3.connect(path)) as db:
         assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+
+
+def test_readings_with_fields_a_newer_gpudoctor_added_are_read_without_them(
+    tmp_path: Path,
+) -> None:
+    """A newer doctor (the same store schema) records readings with a field this one
+    does not know: the session reads, those fields left out; a reading that lacks a
+    field it must have is still an error, not a reading made up."""
+    store = Store(tmp_path / "s.db")
+    sid = store.create_session(Timeline(["python", "train.py"], 1.7e9, 5_000), "/work", 1234)
+    h = host(n=1)[0]
+    g = gpus(n=1)[0]
+    newer_host = {**encode(h), "cpu_pressure_pct": 12.5}
+    newer_host["job"] = [{**p, "cgroup": "/user.slice"} for p in newer_host["job"]]
+    store.add(sid, "host", h.t_mono_ns, newer_host)
+    store.add(sid, "gpu", g.t_mono_ns, [{**encode(g), "nvlink_rx_bytes_per_s": 1e9}])
+    store.commit()
+    store.finish(sid, 9_000, JobExit(0, "exit"), {"steps": 0})
+    with contextlib.closing(sqlite3.connect(tmp_path / "s.db")) as db:
+        db.execute(
+            "UPDATE sessions SET exit_json=?",
+            (json.dumps({**encode(JobExit(0, "exit")), "signal_name": None}),),
+        )
+        db.commit()
+    store.close()
+    again = Store(tmp_path / "s.db")
+    loaded = again.load(sid)
+    assert list(loaded.host) == [h] and list(loaded.gpus) == [g]
+    assert loaded.exit == JobExit(0, "exit") and again.sessions()[0].exit == JobExit(0, "exit")
+    result = subprocess.run(
+        [PY, "-m", "gpudoctor", "--store", str(tmp_path / "s.db"), "report", "last"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert result.returncode == 0 and "python train.py" in result.stdout, result.stderr
+    lacking = encode(h)
+    del lacking["cores_allowed"]
+    with pytest.raises(TypeError):
+        decode_host(lacking)
 
 
 def test_a_store_from_a_newer_gpudoctor_is_left_untouched_with_one_line(tmp_path: Path) -> None:
