@@ -15,10 +15,11 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import PY, env_without_probe, run_job
+from conftest import PY, doctor, env_without_probe, run_job
 
 from gpudoctor.diagnosis.window import WARMUP_STEPS
 from gpudoctor.probe import protocol
+from gpudoctor.store import Store
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -252,3 +253,50 @@ def test_max_seconds_stops_the_job_politely(tmp_path: Path) -> None:
     assert proc.returncode == 0
     assert report["ended_by"] == "max-seconds" and report["exit_code"] == 130
     assert report["steps"]["count"] > 20
+
+
+# A job stopped again and again as it ends: SIGINT every half millisecond from the moment
+# its training is done (a Ctrl-C held down; a doctor's trial stopping a run that is
+# already ending), so that one lands in the probe's last flush at exit.
+STOPPED_AS_IT_ENDS = """
+    import os, signal, sys, threading, time, torch
+    def stop_again_and_again(done):
+        done.wait()
+        while True:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.0005)
+    done = threading.Event()
+    threading.Thread(target=stop_again_and_again, args=(done,), daemon=True).start()
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(int(sys.argv[1])):
+        loss = model(torch.randn(8, 16)).pow(2).mean()
+        opt.zero_grad(); loss.backward(); opt.step()
+    print("trained", flush=True)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the script's own last lines are not tried
+    done.set()
+    time.sleep(0.05)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+"""
+
+
+def test_a_sigint_as_the_job_ends_shows_no_probe_and_loses_no_step(tmp_path: Path) -> None:
+    """Seen in CI: a trial's baseline stopped (SIGINT) as it was already exiting; the
+    KeyboardInterrupt landed in the probe's last flush, which printed the probe's traceback
+    into the job's stderr and never sent the run's steps (the trial read 0 of 200). The
+    last flush now runs with SIGINT held off: every step and the probe's end arrive, and
+    nothing of the probe shows (Python's and torch's own exit handlers may still be
+    interrupted, as they are without the doctor)."""
+    script = tmp_path / "stopped.py"
+    script.write_text(textwrap.dedent(STOPPED_AS_IT_ENDS))
+    db = tmp_path / "s.db"
+    for _ in range(2):
+        proc = doctor("--store", str(db), "run", "--headless", "--", PY, str(script), "300")
+        assert "trained" in proc.stdout, proc.stderr[-3000:]
+        assert "gpudoctor/probe" not in proc.stderr and "_gpudoctor_probe" not in proc.stderr, (
+            proc.stderr[-3000:]
+        )
+        timeline = Store(db).load(Store(db).sessions()[-1].id)
+        (pid,) = timeline.ends  # the probe's last message, sent from its exit handler
+        assert len(timeline.steps[pid]) == 300 and timeline.page_steps[pid] == 300

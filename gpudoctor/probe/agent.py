@@ -16,8 +16,10 @@ swallowed, reported once, and switch the failing group off.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -302,6 +304,19 @@ class Agent:
         if self.ended:
             return
         self.ended = True
+        # A SIGINT now (a doctor stopping a job that is already ending, a Ctrl-C held
+        # down) would raise KeyboardInterrupt inside the last flush: a traceback of the
+        # probe's in the job's stderr, and its last steps never sent. The job is ending
+        # anyway: SIGINT is ignored until the flush is done, then its handler put back.
+        held = _hold_sigint()
+        try:
+            self._finish()
+        except BaseException:
+            pass  # interpreter shutdown: nothing left to report to
+        finally:
+            _release_sigint(held)
+
+    def _finish(self) -> None:
         try:
             try:
                 if self.counted_ends:
@@ -350,6 +365,27 @@ def doctor_pid() -> int | None:
         return int(os.environ[ENV_DOCTOR_PID])
     except (KeyError, ValueError):
         return None
+
+
+def _hold_sigint() -> Any:
+    """SIGINT ignored from now; the handler it had (to put back), or None where it
+    cannot be done: not the main thread, or a handler not set from Python."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        held = signal.getsignal(signal.SIGINT)
+        if held is None:
+            return None
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        return held
+    except (ValueError, OSError):
+        return None
+
+
+def _release_sigint(held: Any) -> None:
+    if held is not None:
+        with contextlib.suppress(ValueError, OSError):
+            signal.signal(signal.SIGINT, held)
 
 
 def read_overrides() -> dict[str, Any]:
