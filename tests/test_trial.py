@@ -339,6 +339,21 @@ def test_after_more_than_one_look_the_verdict_rests_on_the_99_percent_interval()
     assert not step.kept and step.as_dict()["judged"]["looks"] == 2  # fix keeps it only if faster
 
 
+def test_a_baseline_whose_step_times_never_arrived_is_not_called_short() -> None:
+    """The job counted 200 steps (its counter page) but the probe's messages with their
+    times were lost (as when its last flush was interrupted): the trial cannot compare,
+    and says what happened rather than "only 200 steps"."""
+    lost = Arm(None, (), (), None, None, 0, "exit", 200)
+    with pytest.raises(trials.BaselineFailed) as caught:
+        trials.check_baseline(lost, "nothing to compare")
+    assert "200 steps counted, but the times of only 0 arrived" in str(caught.value)
+    short = Arm(None, (), (0.01,) * 3, None, None, 0, "exit", 8)
+    with pytest.raises(trials.BaselineFailed) as caught:
+        trials.check_baseline(short, "nothing to compare")
+    assert "only 8 steps (warm-up is 5)" in str(caught.value)
+    trials.check_baseline(arm([0.01] * 20, code=0), "")  # enough: no error
+
+
 def test_plan_names_the_flag_the_probe_or_says_it_cannot() -> None:
     argv = ["python", "train.py", "--num-workers=0"]
     facts = {

@@ -184,13 +184,18 @@ class Sides:
 def check_baseline(base: Arm, then: str) -> None:
     """BaselineFailed when the job as it is crashed or ran too few steps to measure."""
     if base.failed or len(base.walls_s) < MIN_BASELINE_STEPS:
-        why = (
-            _("exit code {code}").format(code=base.exit_code)
-            if base.failed
-            else _("only {steps} steps (warm-up is {warmup})").format(
+        if base.failed:
+            why = _("exit code {code}").format(code=base.exit_code)
+        elif base.total_steps >= MIN_BASELINE_STEPS + WARMUP_STEPS:
+            # counted by the job's counter page, yet their times (the probe's messages)
+            # did not arrive: not a short run, and not to be called one
+            why = _("{steps} steps counted, but the times of only {timed} arrived").format(
+                steps=base.total_steps, timed=len(base.walls_s)
+            )
+        else:
+            why = _("only {steps} steps (warm-up is {warmup})").format(
                 steps=base.total_steps, warmup=WARMUP_STEPS
             )
-        )
         raise BaselineFailed(
             _("the baseline run failed ({why}): {then}").format(why=why, then=then),
             base.exit_code if base.failed and base.exit_code else 1,
