@@ -310,32 +310,30 @@ class Agent:
         # anyway: SIGINT is ignored until the flush is done, then its handler put back.
         held = _hold_sigint()
         try:
-            self._finish()
+            self._send_the_end()
         except BaseException:
             pass  # interpreter shutdown: nothing left to report to
         finally:
+            self.channel.close()
             _release_sigint(held)
 
-    def _finish(self) -> None:
+    def _send_the_end(self) -> None:
+        """The last steps, and how the process ended (its exception, if it died of one)."""
         try:
-            try:
-                if self.counted_ends:
-                    self.end_counting()
-                self.clock.finish()
-                self.note_steps()
-            except Exception as exc:
-                self.error("finish", exc)
-            end: dict[str, Any] = {"t": now()}
-            died_of = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
-            if died_of is not None:
-                end["exception_type"] = type(died_of).__name__
-                end["exception_message"] = str(died_of)[:500]
-                end["oom"] = is_oom(died_of)
-            if self.flusher is not None or died_of is not None:
-                self.flush(end)
-        except Exception:
-            pass  # interpreter shutdown: nothing left to report to
-        self.channel.close()
+            if self.counted_ends:
+                self.end_counting()
+            self.clock.finish()
+            self.note_steps()
+        except Exception as exc:
+            self.error("finish", exc)
+        end: dict[str, Any] = {"t": now()}
+        died_of = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+        if died_of is not None:
+            end["exception_type"] = type(died_of).__name__
+            end["exception_message"] = str(died_of)[:500]
+            end["oom"] = is_oom(died_of)
+        if self.flusher is not None or died_of is not None:
+            self.flush(end)
 
     def after_fork_in_child(self) -> None:
         """A forked child (a DataLoader worker, a process of a sweep) starts with nothing
