@@ -160,20 +160,17 @@ class Store:
             self.notice = "; ".join(line for line in said if line) or None
             # a short wait for a lock: the loop must not stall on a store someone holds
             self.db = sqlite3.connect(str(path), timeout=BUSY_S, check_same_thread=False)
-            version = int(self.db.execute("PRAGMA user_version").fetchone()[0])
-            if version > SCHEMA_VERSION:
-                self.db.close()
-                raise StoreError(
-                    _(
-                        "the session store {path} was written by a newer gpudoctor (store "
-                        "layout {version}; this one reads up to {known}): upgrade gpudoctor, "
-                        "or record elsewhere with --store PATH"
-                    ).format(path=path, version=version, known=SCHEMA_VERSION)
-                )
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=NORMAL")
-            self.db.executescript(SCHEMA)
-            self._migrate(version)
+            # another doctor's lock while setting up (two that start at once on a new store:
+            # one makes it WAL and its tables), waited for as a session's start waits
+            deadline = time.monotonic() + FINISH_TRIES_S
+            while True:
+                try:
+                    self._set_up()
+                    break
+                except sqlite3.OperationalError as exc:
+                    if not _locked(exc) or time.monotonic() >= deadline:
+                        raise
+                time.sleep(0.05)
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(
                 _("cannot use the session store {path}: {why}").format(path=path, why=exc)
@@ -181,6 +178,26 @@ class Store:
         self._pending: list[tuple[int, int, str, str]] = []
         self.trouble: str | None = None  # why the last commit failed, while it fails
         self.lost = 0  # records let go while the store could not be written
+
+    def _set_up(self) -> None:
+        """WAL, the tables, an older layout brought up to this one: each step safe to run
+        again (after a lock, or beside another doctor doing the same)."""
+        version = int(self.db.execute("PRAGMA user_version").fetchone()[0])
+        if version > SCHEMA_VERSION:
+            self.db.close()
+            raise StoreError(
+                _(
+                    "the session store {path} was written by a newer gpudoctor (store "
+                    "layout {version}; this one reads up to {known}): upgrade gpudoctor, "
+                    "or record elsewhere with --store PATH"
+                ).format(path=self.path, version=version, known=SCHEMA_VERSION)
+            )
+        # SQLite answers a change of journal mode at once while another holds a lock
+        # (no busy wait): the caller tries again
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.executescript(SCHEMA)
+        self._migrate(version)
 
     def _migrate(self, version: int) -> None:
         """Bring an older layout up to this one (each step safe to run twice: two doctors
@@ -492,6 +509,11 @@ class Store:
                 _("cannot read the session store {path}: {why}").format(path=self.path, why=exc)
             ) from None
         return sum(int(steps) for _, steps in rows) if rows else None
+
+
+def _locked(exc: sqlite3.OperationalError) -> bool:
+    """Another connection's lock ('database is locked', 'database table is locked')."""
+    return "locked" in str(exc) or "busy" in str(exc)
 
 
 def _private_store(path: Path, explicit: bool) -> str | None:

@@ -136,8 +136,10 @@ def test_the_job_is_the_same_under_the_doctor(script: Path, tmp_path: Path) -> N
     assert exit_code(plain.returncode) == spec.exit, err[-3000:]
     for name, proc in doctored.items():
         d = tmp_path / name
-        d_err = normalized((d / "stderr").read_text())
         doctor_err = (d / "doctor.err").read_text()
+        # a doctor that never started the job: what it said
+        assert (d / "stderr").exists(), (name, proc.returncode, doctor_err[-3000:])
+        d_err = normalized((d / "stderr").read_text())
         assert exit_code(proc.returncode) == spec.exit, (name, (d_err + doctor_err)[-3000:])
         assert (d / "stdout").read_text() == printed, name
         assert d_err == err, name

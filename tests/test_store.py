@@ -7,6 +7,7 @@ import json
 import signal
 import sqlite3
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -287,3 +288,48 @@ def test_a_locked_store_keeps_the_records_until_it_can_write_them(tmp_path: Path
     assert store.trouble is None and store.unsaved == 0
     assert store.counted_steps(sid) == 4 and store.load(sid).page_steps == {5: 4}
     store.close()
+
+
+def _holding(path: Path) -> subprocess.Popen[str]:
+    """Another process in the middle of making a new store (a write lock on it, in
+    SQLite's rollback journal, as a doctor holds one while it turns the store to WAL):
+    it lets go when its stdin is closed."""
+    holder = subprocess.Popen(
+        [PY, "-c", "import sqlite3, sys\n"
+         f"c = sqlite3.connect({str(path)!r}, isolation_level=None)\n"
+         "c.execute('BEGIN IMMEDIATE'); c.execute('CREATE TABLE t (x)')\n"
+         "print('held', flush=True); sys.stdin.read(); c.execute('COMMIT')"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    return holder
+
+
+def test_two_doctors_that_open_a_new_store_at_once_both_open_it(tmp_path: Path) -> None:
+    """SQLite refuses a change to WAL at once, without waiting, while another holds a
+    lock: the store is opened once the other lets go, within a session start's wait."""
+    path = tmp_path / "s.db"
+    holder = _holding(path)
+    assert holder.stdin is not None
+    letting_go = threading.Timer(0.6, holder.stdin.close)
+    letting_go.start()
+    store = Store(path)
+    holder.wait(timeout=10)
+    sid = store.create_session(Timeline(["python", "x.py"], 1.7e9, 0), "/work", 5)
+    assert [row.id for row in store.sessions()] == [sid]
+    store.close()
+
+
+def test_a_store_held_longer_than_a_start_waits_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("gpudoctor.store.FINISH_TRIES_S", 0.3)
+    path = tmp_path / "s.db"
+    holder = _holding(path)
+    try:
+        with pytest.raises(
+            StoreError, match=r"cannot use the session store .*: database is locked"
+        ):
+            Store(path)
+    finally:
+        holder.communicate(timeout=10)
