@@ -117,6 +117,14 @@ def test_noisy_neighbour_names_who_takes_the_cpu_and_needs_both_signals() -> Non
     assert (
         high is not None and high.severity == "high" and "hypervisor's steal: 30%" in high.evidence
     )
+    # niced neighbours: the wait is theirs all the same, and the words say they are niced
+    niced = noisy_neighbour.evaluate(
+        window(host=host(run_delay=0.3, others_cores=1.0, niced=1.0, others=(BURNER,)))
+    )
+    assert (
+        niced is not None and "busy (1.0 of those cores niced: niced work still" in niced.evidence
+    )
+    assert "niced" not in (noisy_neighbour.evaluate(busy) or niced).evidence
 
 
 def test_cpu_saturated_by_someone_else_says_by_whom() -> None:

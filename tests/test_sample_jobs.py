@@ -110,6 +110,10 @@ def test_beside_a_niced_process_more_workers_are_still_what_helps(tmp_path: Path
         assert "cpu-saturated" not in ids and ids[0] == "input-bound", report["findings"]
         remedies = [r["id"] for r in top_finding(report)["remedies"]]
         assert "more-workers" in remedies, remedies
+        # the job did wait for its cores (the kernel's wake-up against the running niced
+        # process): when noisy-neighbour says so, it says the neighbour is niced
+        noisy = [f["evidence"] for f in report["findings"] if f["id"] == "noisy-neighbour"]
+        assert all("cores niced" in e for e in noisy), noisy
     else:  # another busy process beside the suite: it is the one named as taking cores
         for f in report["findings"]:
             if f["id"] == "cpu-saturated" and "other processes take" in f["evidence"]:

@@ -50,6 +50,17 @@ def _cpu(w: Window) -> Finding | None:
     who = busiest(hit)
     steal = percentile([h.steal_pct or 0.0 for h in hit], 50)
     named = f": {who}" if who else ""
+    # niced neighbours give up their share of the CPU, not the wait: a waking job still
+    # waits for the one running on its core (seen: 24% of its runnable time beside a
+    # `nice -n 19` burner on 2 cores); said, so that nobody reads the finding as wrong
+    niced = percentile([h.others_niced_cpu_cores or 0.0 for h in hit], 50)
+    niced_words = (
+        _(
+            " ({niced:.1f} of those cores niced: niced work still keeps a waking job waiting)"
+        ).format(niced=niced)
+        if niced >= OTHERS_MIN_CORES
+        else ""
+    )
     vm = (
         _(" (of which the hypervisor's steal: {steal:.0f}% of the CPU)").format(steal=steal)
         if steal >= 5
@@ -67,7 +78,7 @@ def _cpu(w: Window) -> Finding | None:
         evidence=_(
             "The job's threads waited for a core {delay:.0%} of the time they were ready to "
             "run (median of {hit} of {samples} samples), while other processes kept "
-            "{others:.1f} of the machine's {cores} cores busy{vm}{named}. Run it where the "
+            "{others:.1f} of the machine's {cores} cores busy{vm}{niced}{named}. Run it where the "
             "cores are free, pin it and them to separate cores (taskset), or ask their owner."
         ).format(
             delay=delay,
@@ -76,6 +87,7 @@ def _cpu(w: Window) -> Finding | None:
             others=others,
             cores=cores,
             vm=vm,
+            niced=niced_words,
             named=named,
         )
         + own_words,
