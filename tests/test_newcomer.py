@@ -19,7 +19,7 @@ from gpudoctor.prescribe.how import fitted_snippet, how
 from gpudoctor.tui.app import make_replay_app
 from gpudoctor.tui.screens import HelpScreen, QuitScreen, help_text
 from gpudoctor.tui.widgets import FindingsPanel, _prompt
-from gpudoctor.units import ms_text
+from gpudoctor.units import cell_width, ms_text
 
 
 def test_storage_remedies_only_when_the_job_touches_storage() -> None:
@@ -61,6 +61,21 @@ def test_each_finding_in_the_list_shows_its_first_remedy() -> None:
     prompt = _prompt(finding).plain
     assert f"-> {finding.remedies[0]}: Load batches in parallel worker processes" in prompt
     assert "用多个 worker 进程并行加载数据" in _prompt(finding, "zh").plain
+
+
+def test_a_findings_long_lines_wrap_under_themselves_at_the_panels_width() -> None:
+    """The evidence and the remedy wrap under their first line (past the severity), in
+    the panel's width, wide characters counted as two cells; not back at the edge."""
+    finding = input_bound.evaluate(window(steps=steps(loader_ms=6.0)))
+    assert finding is not None
+    for lang in ("en", "zh"):
+        lines = _prompt(finding, lang, width=40).plain.splitlines()
+        assert len(lines) > 4, lines  # the evidence alone is longer than one line
+        assert all(line.startswith("       ") and line[7] != " " for line in lines[1:]), lines
+        assert max(cell_width(line) for line in lines[1:]) <= 40, lines
+        assert " ".join(w.strip() for w in lines[1:]).startswith(finding.evidence[:30])
+    # the width not known yet (the panel not laid out): one line each, as before
+    assert len(_prompt(finding).plain.splitlines()) == 3
 
 
 def test_help_wraps_to_80_columns_and_scrolls_at_24_rows() -> None:

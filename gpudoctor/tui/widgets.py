@@ -3,6 +3,7 @@ values come ready-made from gpudoctor.display."""
 
 from __future__ import annotations
 
+from rich.console import Console
 from rich.text import Text
 from textual.binding import Binding
 from textual.reactive import reactive
@@ -357,22 +358,48 @@ class FindingsPanel(OptionList):
         action, s = None, self._shown_in
         if self.actions and s is not None and f.remedies and f.remedies[0] in CATALOGUE:
             action = how(f.remedies[0], s.facts, s.cores_allowed, self.lang)
-        return _prompt(f, self.lang, action)
+        # the width left when the scrollbar is there (it comes when the lines are many)
+        width = self.content_region.width - self.styles.scrollbar_size_vertical
+        return _prompt(f, self.lang, action, width)
+
+    def on_resize(self) -> None:
+        """The prompts' lines are wrapped to the panel's width: wrapped again."""
+        if self._shown_in is not None and self.shown:
+            self.shown = None
+            self.show(self._shown_in)
 
 
-def _prompt(f: Finding, lang: str = "en", action: str | None = None) -> Text:
+INDENT = 7  # a finding's evidence and remedy, under its title (past the severity)
+
+
+def _prompt(f: Finding, lang: str = "en", action: str | None = None, width: int = 0) -> Text:
+    """A finding in the panel; with the panel's `width` known, its evidence and remedy
+    wrap under themselves, not back to the panel's edge."""
     text = Text()
     text.append(f"{f.severity.upper():<6} ", display.SEVERITY_STYLE.get(f.severity, ""))
     text.append(f"{f.id}: ", "bold")
     text.append(f.title)
     if f.confidence == "estimated":
         text.append(_(" (estimated)"), "italic")
-    text.append(f"\n       {f.evidence}", "dim")
+    text.append("\n" + _hanging(f.evidence, width), "dim")
     if f.remedies and f.remedies[0] in CATALOGUE:  # the first remedy; Enter opens them all
         title = CATALOGUE[f.remedies[0]].title
         words = action or title.get(lang) or title["en"]
-        text.append(f"\n       -> {f.remedies[0]}: {words}", "green")
+        text.append("\n" + _hanging(f"-> {f.remedies[0]}: {words}", width), "green")
     return text
+
+
+def _hanging(words: str, width: int) -> str:
+    """`words` indented by INDENT, wrapped at `width` cells (wide characters counted as
+    two) under themselves; one line when the width is not known yet (0)."""
+    pad = " " * INDENT
+    if width <= INDENT + 10:
+        return pad + words
+    lines = Text(words).wrap(_MEASURE, width - INDENT)
+    return "\n".join(pad + line.plain.rstrip() for line in lines)
+
+
+_MEASURE = Console(width=200)  # Text.wrap's console (only for justifying, left as is)
 
 
 def styled(lines: tuple[OutputLine, ...]) -> Text:
