@@ -14,6 +14,7 @@ import os
 import socket
 import sqlite3
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -398,17 +399,25 @@ class Store:
         """The session's records after `after_id` applied to `timeline` (its end too,
         once recorded); the last record's id."""
         last = after_id
+        # GPU readings: only those the timeline keeps (its newest) are decoded, after the
+        # rest (a week's 8 GPUs: three in four would be decoded for nothing). Meanwhile a
+        # profiler capture's marker takes the newest host reading's time, of the same tick.
+        gpu_texts: deque[str] = deque(maxlen=timeline.gpus.maxlen)
         try:
             for record_id, kind, data in self.db.execute(
                 "SELECT id, kind, data FROM records WHERE session_id=? AND id>? ORDER BY id",
                 (session_id, after_id),
             ):
+                last = record_id
+                if kind == "gpu":
+                    gpu_texts.append(data)
+                    continue
                 record = jsontext.loads(data)
                 # a rollup of records this timeline read already, as rows (a follower
                 # of a live session that was compacted since): counted once
                 if kind != "rollup" or record.get("first_id", after_id + 1) > after_id:
                     apply_record(timeline, kind, record)
-                last = record_id
+            timeline.gpus.extend(_newest_gpus(gpu_texts, timeline.gpus.maxlen))
             end_ns, exit_json = self.db.execute(
                 "SELECT end_mono_ns, exit_json FROM sessions WHERE id=?", (session_id,)
             ).fetchone()
@@ -591,6 +600,20 @@ def decode_host(d: dict[str, Any]) -> HostSample:
     d["job"] = tuple(_built(ProcSample, p) for p in d.get("job", ()))
     d["others"] = tuple(_built(OtherProcess, p) for p in d.get("others", ()))
     return _built(HostSample, d)
+
+
+def _newest_gpus(texts: deque[str], room: int | None) -> list[GpuSample]:
+    """The newest `room` GPU readings (all when None) of GPU records' texts, in order;
+    only the records that hold them decoded."""
+    ticks: list[list[dict[str, Any]]] = []
+    held = 0
+    for text in reversed(texts):
+        if room is not None and held >= room:
+            break
+        ticks.append(jsontext.loads(text))
+        held += len(ticks[-1])
+    gpus = [decode_gpu(g) for tick in reversed(ticks) for g in tick]
+    return gpus[len(gpus) - room :] if room is not None else gpus
 
 
 def decode_gpu(d: dict[str, Any]) -> GpuSample:

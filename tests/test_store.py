@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import signal
 import sqlite3
@@ -333,3 +334,30 @@ def test_a_store_held_longer_than_a_start_waits_is_a_clear_error(
             Store(path)
     finally:
         holder.communicate(timeout=10)
+
+
+def test_a_long_sessions_gpu_readings_load_as_the_newest_the_timeline_keeps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More GPU readings than a timeline keeps (11 here, half a tick among them; six hours of them at 1 Hz):
+    the newest are loaded, the same as all of them decoded and the oldest dropped, and
+    a profiler capture's marker is where the run was when it arrived."""
+    monkeypatch.setattr("gpudoctor.timeline.MAX_SAMPLES_KEPT", 11)
+    store = Store(tmp_path / "s.db")
+    sid = store.create_session(Timeline(["python", "x.py"], 1.7e9, 0), "/work", 5)
+    ticks = []
+    for i, g in enumerate(gpus(n=30)):
+        pair = (g, dataclasses.replace(g, index=1, uuid="GPU-y", util_gpu_pct=i))
+        ticks.append(pair)
+        store.add(sid, "host", g.t_mono_ns, encode(host(n=1, t0=g.t_mono_ns)[0]))
+        store.add(sid, "gpu", g.t_mono_ns, [encode(x) for x in pair])
+        if i == 20:
+            store.add_raw(
+                sid, "probe", g.t_mono_ns, json.dumps({"pid": 5, "facts": {"profile": {}}})
+            )
+    store.commit()
+    loaded = store.load(sid)
+    kept = [x for pair in ticks for x in pair][-11:]
+    assert list(loaded.gpus) == kept and kept[0].index == 1 and kept[-1].util_gpu_pct == 29
+    assert loaded.profiles == [ticks[20][0].t_mono_ns]
+    store.close()
