@@ -247,6 +247,15 @@ def test_a_run_with_secrets_shows_none_and_its_rerun_still_has_them(tmp_path: Pa
     assert "s3cr3t-v4lue" not in (tmp_path / "t.json").read_text() + trial.stderr + trial.stdout
 
 
+def ours(command: list[str]) -> list[psutil.Process]:
+    """The running processes of this command line (its --seed is this test's pid)."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        if process.info["cmdline"] == command:
+            found.append(process)
+    return found
+
+
 def test_a_killed_doctors_run_folder_is_removed_by_the_next(tmp_path: Path) -> None:
     job = [PY, str(SAMPLES / "healthy.py"), "--steps", "100000", "--seed", str(os.getpid())]
     doctor = subprocess.Popen(
@@ -261,12 +270,13 @@ def test_a_killed_doctors_run_folder_is_removed_by_the_next(tmp_path: Path) -> N
             time.sleep(0.05)
         (folder,) = base.glob(f"gpudoctor-run-{doctor.pid}-*")
         assert mode(folder) == 0o700
-        children = psutil.Process(doctor.pid).children()
+        # the folder is made before the job is started: killed once the job runs
+        while not ours(job):
+            assert time.monotonic() < deadline, "the job never started"
+            time.sleep(0.05)
         doctor.send_signal(signal.SIGKILL)
         doctor.wait()
         assert folder.exists()  # a killed doctor cannot clean up after itself
-        for child in children:  # the job goes on by design: not in this test
-            child.kill()
         again = subprocess.run(
             [PY, "-m", "gpudoctor", "run", "--headless", "--", PY, "-c", "pass"],
             capture_output=True, text=True, timeout=60,
@@ -276,6 +286,8 @@ def test_a_killed_doctors_run_folder_is_removed_by_the_next(tmp_path: Path) -> N
     finally:
         if doctor.poll() is None:
             doctor.kill()
+        for process in ours(job):  # the job goes on by design: not beyond this test
+            process.kill()
     # a live doctor's folder (this process's pid, started before it) is left alone
     mine = Path(tempfile.mkdtemp(prefix=f"gpudoctor-run-{os.getpid()}-"))
     try:
