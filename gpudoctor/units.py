@@ -3,6 +3,8 @@ reports, screens)."""
 
 from __future__ import annotations
 
+import re
+
 from wcwidth import wcswidth
 
 
@@ -55,3 +57,31 @@ def pad(text: str, width: int, right: bool = False) -> str:
     """`text` filled with spaces to `width` terminal columns (on the left: `right`)."""
     fill = " " * max(0, width - cell_width(text))
     return fill + text if right else text + fill
+
+
+# a CJK character is a word of its own (Chinese has no spaces to break lines at)
+WORDS = re.compile(r"[\u2e80-\u9fff\uff00-\uffef]|[^\s\u2e80-\u9fff\uff00-\uffef]+|\s+")
+
+
+CLOSING = set("，。、；：？！）》」』")
+
+
+def wrap_columns(text: str, width: int) -> list[str]:
+    """`text` in lines of at most `width` terminal columns (a word wider than that on a
+    line of its own), broken between words, or between two CJK characters."""
+    lines: list[str] = []
+    line = ""
+    for word in WORDS.findall(text):
+        if word.isspace():
+            line += " " if line else ""
+            continue
+        if line and cell_width(line + word) > width:
+            carried = ""
+            if word in CLOSING and len(line) > 1 and cell_width(line[-1]) == 2:
+                line, carried = line[:-1], line[-1]  # no line starts with a comma
+            lines.append(line.rstrip())
+            line = carried
+        line += word
+    if line.strip():
+        lines.append(line.rstrip())
+    return lines

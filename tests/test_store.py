@@ -339,9 +339,9 @@ def test_a_store_held_longer_than_a_start_waits_is_a_clear_error(
 def test_a_long_sessions_gpu_readings_load_as_the_newest_the_timeline_keeps(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """More GPU readings than a timeline keeps (11 here, half a tick among them; six hours of them at 1 Hz):
-    the newest are loaded, the same as all of them decoded and the oldest dropped, and
-    a profiler capture's marker is where the run was when it arrived."""
+    """More GPU readings than a timeline keeps (six hours of them at 1 Hz; 11 here, half
+    a tick among them): the newest are loaded, the same as all of them decoded and the
+    oldest dropped, and a profiler capture's marker is where the run was when it arrived."""
     monkeypatch.setattr("gpudoctor.timeline.MAX_SAMPLES_KEPT", 11)
     store = Store(tmp_path / "s.db")
     sid = store.create_session(Timeline(["python", "x.py"], 1.7e9, 0), "/work", 5)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NoReturn
@@ -12,7 +11,7 @@ from gpudoctor import __version__
 from gpudoctor.cli.common import UsageError
 from gpudoctor.i18n import N_, _
 from gpudoctor.output_log import DEFAULT_MAX_MB
-from gpudoctor.units import cell_width
+from gpudoctor.units import cell_width, wrap_columns
 
 
 class _Formatter(argparse.HelpFormatter):
@@ -38,34 +37,6 @@ class _Formatter(argparse.HelpFormatter):
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         return "\n".join(indent + line for line in wrap_columns(" ".join(text.split()), width))
-
-
-# a CJK character is a word of its own (Chinese has no spaces to break lines at)
-WORDS = re.compile(r"[\u2e80-\u9fff\uff00-\uffef]|[^\s\u2e80-\u9fff\uff00-\uffef]+|\s+")
-
-
-CLOSING = set("，。、；：？！）》」』")
-
-
-def wrap_columns(text: str, width: int) -> list[str]:
-    """`text` in lines of at most `width` terminal columns (a word wider than that on a
-    line of its own), broken between words, or between two CJK characters."""
-    lines: list[str] = []
-    line = ""
-    for word in WORDS.findall(text):
-        if word.isspace():
-            line += " " if line else ""
-            continue
-        if line and cell_width(line + word) > width:
-            carried = ""
-            if word in CLOSING and len(line) > 1 and cell_width(line[-1]) == 2:
-                line, carried = line[:-1], line[-1]  # no line starts with a comma
-            lines.append(line.rstrip())
-            line = carried
-        line += word
-    if line.strip():
-        lines.append(line.rstrip())
-    return lines
 
 
 # argparse's own words ("usage: ", its headings, its errors): argparse looks each up

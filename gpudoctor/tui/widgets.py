@@ -3,7 +3,6 @@ values come ready-made from gpudoctor.display."""
 
 from __future__ import annotations
 
-from rich.console import Console
 from rich.text import Text
 from textual.binding import Binding
 from textual.reactive import reactive
@@ -20,7 +19,7 @@ from gpudoctor.report.build import gpu_reason_words
 from gpudoctor.report.render import how_words
 from gpudoctor.snapshot import Snapshot
 from gpudoctor.terminal import OutputLine
-from gpudoctor.units import cell_width, crop, ms_text, pad, rate_text
+from gpudoctor.units import cell_width, crop, ms_text, pad, rate_text, wrap_columns
 
 
 class Panel(Static):
@@ -395,11 +394,7 @@ def _hanging(words: str, width: int) -> str:
     pad = " " * INDENT
     if width <= INDENT + 10:
         return pad + words
-    lines = Text(words).wrap(_MEASURE, width - INDENT)
-    return "\n".join(pad + line.plain.rstrip() for line in lines)
-
-
-_MEASURE = Console(width=200)  # Text.wrap's console (only for justifying, left as is)
+    return "\n".join(pad + line for line in wrap_columns(words, width - INDENT))
 
 
 def styled(lines: tuple[OutputLine, ...]) -> Text:
