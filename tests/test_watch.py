@@ -33,7 +33,7 @@ from gpudoctor.diagnosis.window import Window, stack_steps_per_s
 from gpudoctor.jobs.watched import WatchedJob, find_target, foreign_gpu_pids
 from gpudoctor.model import StackChunk
 from gpudoctor.sources.nvml import NvmlReader
-from gpudoctor.sources.stacks import classify, find_py_spy
+from gpudoctor.sources.stacks import StackSampler, classify, find_py_spy
 from gpudoctor.store import Store
 from gpudoctor.tui.app import make_live_app
 from gpudoctor.tui.widgets import FindingsPanel, JobPanel
@@ -135,6 +135,8 @@ def test_watching_a_healthy_job_finds_nothing_medium_or_high(
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads(report_path.read_text())
+    # 20 s at 15 Hz is 300 samples; a watch that counted only whole chunks, of py-spy's
+    # count of samples, had 74 (its first chunk only) in a busy CI run
     assert report["steps"]["stack_samples"] > 150
     loud = finding_ids(report, "high", "medium")
     assert loud == [], report["findings"]
@@ -337,6 +339,38 @@ def test_step_rate_from_loop_counters_skips_an_epoch_restart() -> None:
     assert w.estimated and w.data_wait_fraction == pytest.approx(0.5)
     assert w.step_median_ms == pytest.approx(10.0)
     assert stack_steps_per_s(chunks[:1]) is None
+
+
+def test_the_chunk_under_way_is_kept_when_the_watch_ends(
+    job: list[subprocess.Popen[bytes]],
+) -> None:
+    """A watch that ends mid-chunk (its time is up, the user leaves) keeps the samples
+    since the last whole chunk: py-spy is stopped, writes them, and they are counted;
+    before, they were thrown away with the killed py-spy (most of a short watch)."""
+    py_spy = find_py_spy()
+    assert py_spy is not None
+    proc = start_plainly("healthy.py", "--seconds", "120")
+    job.append(proc)
+    wait_for_torch(proc)
+    sampler = StackSampler(py_spy, proc.pid, first_chunk_s=60.0)
+    try:
+        sampler.start()
+        t_start = time.monotonic()
+        while time.monotonic() - t_start < 4.0:
+            assert sampler.poll() is None  # no whole chunk in 4 s of a 60 s one
+            time.sleep(0.5)
+        chunk = sampler.finish()
+        assert chunk is not None, sampler.last_error
+        span_s = (chunk.t_end_mono_ns - chunk.t_start_mono_ns) / 1e9
+        assert 4.0 <= span_s < 8.0
+        # healthy.py computes all the time: its samples are its steps' parts
+        assert sum(chunk.samples.values()) >= 10
+        assert chunk.samples["forward"] + chunk.samples["backward"] > 0
+        records = [p for p in (sampler._record, sampler._busy) if p is not None]
+        assert all(p.poll() is not None for p in records)  # py-spy stopped, not waited for 60 s
+    finally:
+        sampler.close()
+    assert proc.poll() is None  # the job runs on
 
 
 def test_one_chunk_read_at_its_start_and_end_gives_a_rate() -> None:

@@ -20,7 +20,7 @@ import psutil
 
 from gpudoctor.i18n import _
 from gpudoctor.jobs.source import Recorder
-from gpudoctor.model import EndedBy, GpuSample, HostSample, JobExit
+from gpudoctor.model import EndedBy, GpuSample, HostSample, JobExit, StackChunk
 from gpudoctor.sources.host import HostReader
 from gpudoctor.sources.nvml import NvmlReader
 from gpudoctor.sources.stacks import AttachError, StackSampler
@@ -167,16 +167,22 @@ class WatchedJob(Recorder):
         assert self.session_id is not None and self.host is not None
         host, gpus = self._read_host_and_gpus()
         if self.sampler is not None:
-            chunk = self.sampler.poll()
-            if chunk is not None:
-                self.timeline.stacks.append(chunk)
-                self.store.add(self.session_id, "stacks", chunk.t_end_mono_ns, encode(chunk))
-            lines = self.sampler.hotspots
-            if chunk is not None and lines is not None:
-                self.timeline.hotspots.append(lines)
-                self.store.add(self.session_id, "hotspots", lines.t_end_mono_ns, encode(lines))
+            self._keep(self.sampler.poll())
         self._record_facts(outside_facts(self.target.pid, host, gpus))
         self._commit()
+
+    def _keep(self, chunk: StackChunk | None) -> None:
+        """A finished chunk of py-spy's samples (and its lines, named) into the timeline
+        and the store."""
+        assert self.session_id is not None and self.sampler is not None
+        if chunk is None:
+            return
+        self.timeline.stacks.append(chunk)
+        self.store.add(self.session_id, "stacks", chunk.t_end_mono_ns, encode(chunk))
+        lines = self.sampler.hotspots
+        if lines is not None:
+            self.timeline.hotspots.append(lines)
+            self.store.add(self.session_id, "hotspots", lines.t_end_mono_ns, encode(lines))
 
     def _record_facts(self, facts: dict[str, Any]) -> None:
         """Facts seen from outside, recorded when they change."""
@@ -192,6 +198,8 @@ class WatchedJob(Recorder):
     def _finish(self, ended: bool, returncode: int | None) -> JobExit:
         # A process that is not the doctor's child: its exit code cannot be known.
         job_exit = JobExit(exit_code=None, ended_by="exit" if ended else "detached")
+        if self.sampler is not None:  # the samples since the last whole chunk
+            self._keep(self.sampler.finish())
         self.timeline.end_mono_ns = time.monotonic_ns()
         self.timeline.exit = job_exit
         return job_exit

@@ -33,7 +33,15 @@ from typing import Any
 import gpudoctor
 from gpudoctor import run_folders
 from gpudoctor.model import HotspotChunk, HotspotLine
-from gpudoctor.sources.stacks import _FRAME, _THREAD, _library, _spawn, classify, record_argv
+from gpudoctor.sources.stacks import (
+    _FRAME,
+    _THREAD,
+    _library,
+    _spawn,
+    classify,
+    record_argv,
+    stop_when_due,
+)
 
 RATE_HZ = 10  # each of the two runs: 20 Hz together (DESIGN.md section 7: 20 Hz or less)
 CHUNK_S = 10.0
@@ -207,6 +215,7 @@ class HotspotSampler:
             return None
         chunk = None
         if self._runs:
+            stop_when_due(self._runs, self._t_start, self.chunk_s)
             if any(run.poll() is None for run in self._runs):
                 return None
             chunk = self._collect()

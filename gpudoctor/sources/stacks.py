@@ -18,9 +18,11 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sysconfig
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,15 @@ DUMP_TRIES = 3  # tries of each reading of the loop counters, when one fails
 # The chunk's last reading of the loop counters is started this long before its end: a
 # poll comes each second, and a dump takes ~25 ms (so it is read before the chunk ends).
 LAST_READ_LEAD_S = 1.5
+# py-spy's --duration is a count of samples (rate x seconds), not a time: on a busy
+# machine, where it falls behind, a 5 s chunk took over 8 s (74 of its 75 samples taken
+# at 8 s), and a 20 s watch in a busy CI run counted one chunk. Chunks end on the
+# doctor's clock instead: py-spy is sent SIGINT when its time is up (on which it writes
+# what it sampled and exits, in ~0.1 s measured); --duration is only a backstop.
+BACKSTOP = 3  # --duration is this many times the chunk's length
+# As a watch ends, the chunk under way is stopped so and collected; a py-spy that has
+# not stopped in this long is killed and its chunk lost.
+STOP_WAIT_S = 2.0
 CLASSES = ("loader", "input", "forward", "backward", "optimizer", "other")
 
 # Frames that mark what a sample is in, first match wins (a DataLoader fetch can run
@@ -352,11 +363,28 @@ class StackSampler:
             self.start()
             return None
         self._read_counters()
+        stop_when_due([self._record, self._busy], self._t_start, self._seconds)
         if self._record.poll() is None or (self._busy is not None and self._busy.poll() is None):
             return None
         chunk = self._collect()
         self.start()
         return chunk
+
+    def finish(self) -> StackChunk | None:
+        """The chunk under way, cut short as the watch ends (the doctor leaves, its time
+        is up, or the job ended): without this the seconds since the last whole chunk
+        (up to CHUNK_S) were lost, most of a short watch. Waits at most STOP_WAIT_S for
+        each py-spy; `close()` still follows."""
+        if self._record is None:
+            return None
+        running = [p for p in (self._record, self._busy) if p is not None and p.poll() is None]
+        stop_when_due(running, self._t_start, 0.0)
+        for proc in running:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=STOP_WAIT_S)
+        if self._record.poll() is None:
+            return None
+        return self._collect()
 
     def _read_counters(self) -> None:
         """The first reading from the poll after the chunk started (not as py-spy's
@@ -421,15 +449,30 @@ class StackSampler:
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
+def stop_when_due(
+    runs: Sequence[subprocess.Popen[bytes] | None], t_start_ns: int, seconds: float
+) -> None:
+    """py-spy's runs still sampling `seconds` after `t_start_ns` (time.monotonic_ns) are
+    told to stop (SIGINT: py-spy's Ctrl-C, on which it writes its samples and exits);
+    not waited for. Told again at each poll until they have: that is harmless."""
+    if time.monotonic_ns() - t_start_ns < seconds * 1e9:
+        return
+    for run in runs:
+        if run is not None and run.poll() is None:
+            with contextlib.suppress(OSError):
+                run.send_signal(signal.SIGINT)
+
+
 def record_argv(
     py_spy: str, pid: int, rate_hz: int, seconds: float, output: str, idle: bool, children: bool
 ) -> list[str]:
     """One `py-spy record` of the process, non-blocking, raw output with thread ids:
     every thread whatever its state (`idle`) or only those on a CPU, and its child
-    processes too (`children`: DataLoader workers)."""
+    processes too (`children`: DataLoader workers). It is meant to be stopped by
+    `stop_when_due` after `seconds`; its own --duration is a backstop."""
     argv = [py_spy, "record", "--pid", str(pid), "--nonblocking", "--full-filenames"]
     argv += ["--rate", str(rate_hz), "--threads", "--format", "raw"]
-    argv += ["--duration", str(max(1, round(seconds))), "--output", output]
+    argv += ["--duration", str(max(1, round(seconds * BACKSTOP))), "--output", output]
     return argv + (["--idle"] if idle else []) + (["--subprocesses"] if children else [])
 
 
