@@ -23,6 +23,7 @@ from gpudoctor.app.trial import (
     arm_order,
     check_baseline,
     cores_of,
+    facts_of,
     rate_words,
     run_arm,
     settle,
@@ -96,7 +97,7 @@ def fix(
     current = Treatment(tuple(argv))
     first_job, first_arm = run("baseline", current)
     check_baseline(first_arm, _("nothing to fix"))
-    facts = first_job.timeline.merged_facts()  # the script's options and loaders as they ran
+    facts = facts_of(first_job.timeline)  # the script's options and loaders as they ran
     cores = cores_of(first_job.timeline)
     base_arms: list[Arm] = [first_arm]
     # every run of the job as it was (the first, and the baseline runs of trials until a

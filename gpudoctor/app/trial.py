@@ -17,7 +17,7 @@ from gpudoctor.app.run import conclude
 from gpudoctor.app.sessions import load
 from gpudoctor.diagnosis.engine import diagnose
 from gpudoctor.diagnosis.remedies import CATALOGUE
-from gpudoctor.diagnosis.window import WARMUP_STEPS
+from gpudoctor.diagnosis.window import CORES_HELD, WARMUP_STEPS
 from gpudoctor.i18n import _
 from gpudoctor.jobs import LaunchedJob
 from gpudoctor.prescribe.predict import Prediction, predict
@@ -202,6 +202,12 @@ def check_baseline(base: Arm, then: str) -> None:
         )
 
 
+def facts_of(timeline: Timeline) -> dict[str, Any]:
+    """The run's facts for planning a rerun: the probe's, and the cores other processes
+    held meanwhile (fewer-threads leaves them out of the job's share)."""
+    return {**timeline.merged_facts(), CORES_HELD: timeline.window().cores_held_by_others}
+
+
 def cores_of(timeline: Timeline) -> int:
     """The cores the job may use, as the last host reading saw them."""
     return timeline.host[-1].cores_allowed if timeline.host else (os.cpu_count() or 1)
@@ -244,7 +250,7 @@ def settle(
 
 def treatment_of(timeline: Timeline, request: TrialRequest, progress: Progress) -> Treatment:
     """How the treatment runs: the remedies asked for, else the top finding's first."""
-    facts = timeline.merged_facts()
+    facts = facts_of(timeline)
     cores = cores_of(timeline)
     remedies = list(request.remedies)
     if not remedies:

@@ -256,15 +256,18 @@ CATALOGUE: dict[str, Remedy] = {
         _r(
             "fewer-threads",
             "dataloader",
-            ("Give the loader workers their cores", "把 CPU 核心留给数据加载 worker"),
+            ("Fewer threads than free cores", "线程数不超过空闲核心数"),
             (
                 "The training process's intra-op threads (one per core by default) compete "
-                "with the DataLoader workers for the same cores; on a small machine, fewer "
-                "threads in the training process leave the workers room.",
-                "训练进程的算子内线程（默认每个核心一个）与 DataLoader worker 争用同一批核心；"
-                "在核心较少的机器上，减少训练进程的线程数可以给 worker 留出空间。",
+                "with the DataLoader workers, and with other processes, for the same cores; "
+                "the threads of each op wait for the slowest of them, so one left without a "
+                "core stalls every op. Fewer threads in the training process leave the "
+                "workers and the busy cores room.",
+                "训练进程的算子内线程（默认每个核心一个）与 DataLoader worker 及其他进程争用"
+                "同一批核心；每个算子都要等最慢的线程，一个线程抢不到核心就拖住所有算子。"
+                "减少训练进程的线程数，可以给 worker 和被占用的核心留出空间。",
             ),
-            "torch.set_num_threads(max(1, os.cpu_count() - num_workers))",
+            "torch.set_num_threads(n)  # n: the cores not busy elsewhere, less num_workers",
             probe_override="threads",
             beyond_guide=True,
             changes_numerics=True,

@@ -44,6 +44,12 @@ MIN_STACK_SAMPLES = 40
 ESTIMATED_MEASURES = ("data_wait_fraction", "split", "steps_per_s", "step_median_ms")
 
 
+# The facts' key for the cores other processes held while the job ran: not a probe fact,
+# the host readings' (Window.cores_held_by_others), added for a remedy's fitting and a
+# rerun's planning (fewer-threads leaves those cores out of the job's share).
+CORES_HELD = "cores_held_by_others"
+
+
 def percentile(values: list[float], q: float) -> float:
     """Nearest-rank percentile, q in [0, 100]."""
     if not values:
@@ -213,10 +219,12 @@ class Window:
 
     @cached_property
     def advice_facts(self) -> dict[str, Any]:
-        """The facts a remedy's words and snippet are fitted with: the probe's, and the
-        job's GPU's compute capability (which dtype mixed precision should use)."""
+        """The facts a remedy's words and snippet are fitted with: the probe's, the cores
+        others held (how many threads to keep), and the job's GPU's compute capability
+        (which dtype mixed precision should use)."""
         caps = [g.compute_capability for g in self.gpus if g.compute_capability]
-        return {**self.facts, "compute_capability": caps[-1]} if caps else self.facts
+        facts = {**self.facts, CORES_HELD: self.cores_held_by_others}
+        return {**facts, "compute_capability": caps[-1]} if caps else facts
 
     @cached_property
     def hotspots(self) -> Hotspots | None:
@@ -357,21 +365,42 @@ class Window:
         inside = tuple(h for h in self.host if t0 <= h.t_mono_ns <= t1 + 1_000_000_000)
         return inside or self.host
 
+    @cached_property
+    def cores_held_by_others(self) -> int:
+        """Whole cores other processes held while the job stepped, even when the job
+        wanted them (niced work left out: it yields): the median of the steady host
+        readings, rounded."""
+        held = [h.competing_cpu_cores for h in self.steady_host]
+        known = [c for c in held if c is not None]
+        return round(percentile(known, 50)) if known else 0
+
     def own_threads_oversubscribe(self) -> str | None:
         """The training process's intra-op threads and its DataLoader workers together ask
-        for more cores than the job may use (the probe's facts), as words; else None."""
+        for more cores than the job has: the cores it may use less those other processes
+        hold (the probe's facts, the host readings), as words; else None. Beside a busy
+        process torch's threads wait on each other at every op: the test's small MLP on
+        2 cores beside one busy process stepped in 27-56 ms with 2 threads and in 3.6 ms
+        with one (bench/RESULTS.md, "Beside a busy process")."""
         threads = self.facts.get("intra_op_threads")
         workers = int((self.facts.get("dataloaders") or [{}])[0].get("num_workers") or 0)
         allowed = self.steady_host[-1].cores_allowed if self.steady_host else 0
-        if not isinstance(threads, int) or threads <= 1 or not workers or not allowed:
+        if not isinstance(threads, int) or threads <= 1 or not allowed:
             return None
-        if threads + workers <= allowed:
+        held = min(self.cores_held_by_others, allowed - 1)
+        if threads + workers <= allowed - held:
             return None
-        return _("{threads} intra-op threads and {workers} on {allowed}").format(
+        words = (
+            _("{threads} intra-op threads and {workers} on {allowed}")
+            if workers
+            else _("{threads} intra-op threads on {allowed}")
+        ).format(
             threads=threads,
             workers=ngettext("{n} loader worker", "{n} loader workers", workers).format(n=workers),
             allowed=ngettext("{n} allowed core", "{n} allowed cores", allowed).format(n=allowed),
         )
+        if held:
+            words += _(", {n} of them held by other processes").format(n=held)
+        return words
 
     @cached_property
     def steady_gpus(self) -> tuple[GpuSample, ...]:

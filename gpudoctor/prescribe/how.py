@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from gpudoctor.diagnosis.remedies import CATALOGUE
+from gpudoctor.diagnosis.window import CORES_HELD
 
 # Cap on suggested DataLoader workers per rank: past ~8 the returns fall off and each
 # worker holds a copy of the dataset object (PyTorch DataLoader docs warn on memory).
@@ -27,6 +28,14 @@ def script_flag(remedy_id: str, facts: dict[str, Any]) -> tuple[str, Any] | None
 def suggested_workers(facts: dict[str, Any], cores_allowed: int) -> int:
     world = int(facts.get("world_size") or 1)
     return max(2, min(MAX_WORKERS, cores_allowed // max(world, 1)))
+
+
+def threads_left(facts: dict[str, Any], cores_allowed: int) -> int:
+    """The intra-op threads fewer-threads keeps: the cores the job may use, less those
+    other processes held while it ran (one is always left) and its loader's workers."""
+    held = min(int(facts.get(CORES_HELD) or 0), cores_allowed - 1)
+    workers = int(((facts.get("dataloaders") or [{}])[0]).get("num_workers") or 0)
+    return max(1, cores_allowed - held - workers)
 
 
 def suggested_value(remedy_id: str, facts: dict[str, Any], cores_allowed: int, current: Any) -> Any:
@@ -79,6 +88,12 @@ def how(remedy_id: str, facts: dict[str, Any], cores_allowed: int, lang: str = "
             return f"脚本已有 {flag} 选项（当前 {current!r}）：改为 {flag} {value} 运行。"
         return f"Your script has {flag} (now {current!r}): run it with {flag} {value}."
     snippet = fitted_snippet(remedy_id, facts, cores_allowed).splitlines()[0]
+    threads = facts.get("intra_op_threads")
+    if remedy_id == "fewer-threads" and isinstance(threads, int):
+        n = threads_left(facts, cores_allowed)
+        if lang == "zh":
+            return f"在训练脚本开头加上：torch.set_num_threads({n})（现为 {threads} 个线程）。"
+        return f"At the top of the training script: torch.set_num_threads({n}) (it runs {threads} now)."
     if remedy_id == "more-workers":
         loaders = facts.get("dataloaders") or []
         n = suggested_workers(facts, cores_allowed)

@@ -13,8 +13,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudoctor.diagnosis.remedies import CATALOGUE
+from gpudoctor.diagnosis.window import CORES_HELD
 from gpudoctor.i18n import _
-from gpudoctor.prescribe.how import MAX_WORKERS, script_flag, suggested_value, suggested_workers
+from gpudoctor.prescribe.how import (
+    MAX_WORKERS,
+    script_flag,
+    suggested_value,
+    suggested_workers,
+    threads_left,
+)
 from gpudoctor.probe import ENV_OVERRIDES
 
 # In-process values for the probe's overrides (DataLoader keywords; the switches: _switch).
@@ -206,13 +213,15 @@ def _switch(
     if override == "threads":
         threads = facts.get("intra_op_threads")
         workers = int(loader.get("num_workers") or 0)
-        value = max(1, cores - workers)
-        if not workers or not isinstance(threads, int) or value >= threads:
+        held = min(int(facts.get(CORES_HELD) or 0), cores - 1)
+        value = threads_left(facts, cores)
+        if not isinstance(threads, int) or value >= threads:
             raise NotApplicable(
                 _(
                     "the training process runs {threads} intra-op threads beside {workers} "
-                    "loader workers on {cores} cores: none to give back"
-                ).format(threads=threads, workers=workers, cores=cores)
+                    "loader workers on {cores} cores ({held} held by other processes): none "
+                    "to give back"
+                ).format(threads=threads, workers=workers, cores=cores, held=held)
             )
         return (
             "threads", value,

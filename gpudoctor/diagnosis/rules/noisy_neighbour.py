@@ -66,9 +66,11 @@ def _cpu(w: Window) -> Finding | None:
         if steal >= 5
         else ""
     )
-    # The job's own threads add to the queue when they already outnumber its cores: with
-    # cores taken by others, torch's intra-op threads then wait on each other at every op
-    # (seen: a 1-ms step at 168 ms). Fewer threads is the job's own share of the remedy.
+    # The job's own threads add to the queue when they outnumber the cores it has (those
+    # it may use, less those others hold): torch's intra-op threads then wait on each
+    # other at every op (seen: a 1-ms step at 168 ms; 2 threads beside one busy process
+    # on 2 cores, 27-56 ms steps against 3.6 ms on one thread). Fewer threads is the
+    # job's own share of the remedy.
     own = w.own_threads_oversubscribe()
     own_words = _(" The job adds to it: {own}.").format(own=own) if own else ""
     return Finding(
