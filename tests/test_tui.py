@@ -24,7 +24,7 @@ from gpudoctor.terminal import TerminalView
 from gpudoctor.timeline import Timeline
 from gpudoctor.tui.app import make_live_app, make_replay_app
 from gpudoctor.tui.screens import FindingScreen, HelpScreen, QuitScreen
-from gpudoctor.tui.widgets import FindingsPanel, GpuPanel, HostPanel, JobPanel
+from gpudoctor.tui.widgets import FindingsPanel, GpuPanel, HostPanel, JobPanel, OutputPanel
 
 
 async def open_finding(app: Any, pilot: Any, finding_id: str) -> FindingScreen:
@@ -75,6 +75,30 @@ def test_replay_of_a_gpu_session_shows_the_gpu_row_and_opens_a_finding() -> None
             await pilot.press("escape")
             await pilot.press("q")
         assert app.return_value is None
+
+    asyncio.run(drive())
+
+
+def test_at_80x24_the_findings_keep_no_empty_rows_the_output_could_use() -> None:
+    """The findings panel is as tall as its findings, up to 30% of a short screen: at the
+    start of a replay ("no findings yet") it keeps no empty rows, and the output panel
+    has them (it was cut to one line beside a busy machine, whose host panel has one
+    more line, under three empty rows); with findings it grows, never past its share."""
+    app = make_replay_app(load_recorded_session("dataloader_bound"), 7)
+
+    async def drive() -> None:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            findings, output = app.query_one(FindingsPanel), app.query_one(OutputPanel)
+            with_findings = findings.outer_size.height
+            assert findings.option_count > 0 and 3 < with_findings <= 24 * 3 // 10
+            await pilot.press("home")
+            await wait_for(pilot, lambda: findings.option_count == 1)  # "no findings yet"
+            await wait_for(pilot, lambda: findings.outer_size.height == 3)
+            await wait_for(pilot, lambda: output.display and output.outer_size.height >= 5)
+            assert app.screen.max_scroll_y == 0
+            await pilot.press("end")
+            await wait_for(pilot, lambda: findings.outer_size.height == with_findings)
 
     asyncio.run(drive())
 

@@ -118,11 +118,13 @@ class DoctorApp(App[JobExit | None]):
         # the event's size: the app's own is updated after this handler runs
         # the GPU panel's layout follows the screen's height, which may change alone
         self.call_after_refresh(self.query_one(GpuPanel).rerender)
-        # a tall screen gives the findings what they need and the output the rest; a
-        # short one keeps its fixed share (content-sized findings would push it off)
+        # the findings as tall as they need, up to half of a tall screen and 30% of a
+        # short one, the output the rest: a short screen's fixed share kept empty rows
+        # under "no findings yet" while the output beside a busy machine (the host
+        # panel's "others" line) was cut to one line
         self.tall = tall = event.size.height >= TALL_ROWS
         findings = self.query_one(FindingsPanel)
-        findings.styles.height = "auto" if tall else "30%"
+        findings.styles.max_height = "50%" if tall else "30%"
         findings.show_actions(tall, self.snapshot)
         strip = self.query_one(HistoryStrip)
         strip.display = tall
