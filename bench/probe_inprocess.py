@@ -102,6 +102,8 @@ def main() -> None:
     p.add_argument("--block", type=int, default=1)
     p.add_argument("--detail-every", type=int, default=0, help="the probe's SAMPLE_EVERY")
     p.add_argument("--only", choices=("roots", "step"), default="", help="switch one part")
+    p.add_argument("--threads", type=int, default=1, help="torch's intra-op threads")
+    p.add_argument("--pause", type=float, default=0.0, help="seconds slept after each step")
     args = p.parse_args()
     agent = load_probe(args.socket)  # before torch, as the boot folder would
     if args.detail_every:  # what a step measured in detail costs: 1 measures each so
@@ -112,7 +114,7 @@ def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from loop_job import make_job, trimmed_mean  # after the probe: torch must load under it
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     # An odd number of batches per epoch: the step that starts an epoch (a new iterator,
     # a shuffle) is slower, and must fall on both arms alike, not always on the same one.
@@ -157,6 +159,8 @@ def main() -> None:
         step()
         arms[arm]["wall"].append(time.perf_counter() - t)
         arms[arm]["cpu"].append(time.thread_time() - c)
+        if args.pause:
+            time.sleep(args.pause)  # after the step's clock: a job's own pause
     if current == "none":
         switch.on()
     agent.flush()
