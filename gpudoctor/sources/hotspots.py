@@ -207,7 +207,7 @@ class HotspotSampler:
             argv = record_argv(
                 self.py_spy, self.pid, self.rate_hz, self.chunk_s, self._path(name), idle, True
             )
-            self._runs.append(_spawn(argv, None))
+            self._runs.append(_spawn(argv, None, yielding=True))
 
     def poll(self) -> HotspotChunk | None:
         """The chunk that just finished, or None; starts the next one when due."""

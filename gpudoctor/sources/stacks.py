@@ -476,11 +476,22 @@ def record_argv(
     return argv + (["--idle"] if idle else []) + (["--subprocesses"] if children else [])
 
 
-def _spawn(argv: list[str], stdout: Any) -> subprocess.Popen[bytes]:
+def _spawn(argv: list[str], stdout: Any, yielding: bool = False) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         argv,
         stdin=subprocess.DEVNULL,
         stdout=stdout if stdout is not None else subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,  # Ctrl-C at the doctor's terminal is the doctor's to handle
+        preexec_fn=_yield_cpu if yielding else None,
     )
+
+
+def _yield_cpu() -> None:
+    """In the py-spy child, before it runs: the lowest CPU priority, for the process and
+    for its session's autogroup (a new session is a scheduling group of its own, which
+    the process's nice alone does not lower). Raising either needs no privilege."""
+    with contextlib.suppress(OSError):
+        os.nice(19)
+    with contextlib.suppress(OSError), open("/proc/self/autogroup", "w") as group:
+        group.write("19")
