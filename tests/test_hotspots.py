@@ -220,6 +220,18 @@ def test_an_idle_waiting_loop_is_named_idle_at_its_sleep(tmp_path: Path) -> None
     assert "it waits" in evidence and "it does not compute input" in evidence
 
 
+def test_a_run_shorter_than_a_chunk_still_names_its_line(tmp_path: Path) -> None:
+    """The job ends 5 s in, inside the sampler's first 10 s chunk: the chunk under way
+    is collected as the run ends (py-spy writes what it sampled when the job exits),
+    where before a run shorter than a chunk named no line."""
+    short = WAIT_LOOP.replace(f"start < {RUN_S}", "start < 5")
+    script, line = _write(tmp_path, "short_wait_loop.py", short)
+    report, _ = _run(script, tmp_path)
+    assert report["hotspots"], report.get("notes")
+    top = report["hotspots"][0]
+    assert (top["line"], top["state"], top["where"]) == (line, "idle", "main")
+
+
 def test_the_costly_transform_among_cheap_ones_is_named_in_the_workers(tmp_path: Path) -> None:
     script, line = _write(tmp_path, "pictures.py", COSTLY_TRANSFORM)
     report, _ = _run(script, tmp_path)

@@ -22,7 +22,7 @@ from gpudoctor.diagnosis.ranks import RankSummary, rank_summaries
 from gpudoctor.diagnosis.window import WARMUP_STEPS
 from gpudoctor.i18n import _
 from gpudoctor.jobs.source import Recorder
-from gpudoctor.model import EndedBy, JobExit
+from gpudoctor.model import EndedBy, HotspotChunk, JobExit
 from gpudoctor.output_log import OutputLog
 from gpudoctor.probe import ENV_DOCTOR_PID, ENV_SOCKET
 from gpudoctor.probe.profile import ENV_CONTROL
@@ -180,6 +180,8 @@ class LaunchedJob(Recorder):
         self.proc.wait()
         self._drain()
         self._read_pages()
+        if self.lines is not None:  # the samples since the last whole chunk
+            self._keep_lines(self.lines.finish())
         return self.proc.returncode
 
     def _drain(self) -> None:
@@ -237,7 +239,10 @@ class LaunchedJob(Recorder):
             main = self.timeline.main_pid()
             if main is not None and self.timeline.counted_steps().get(main, 0) >= WARMUP_STEPS:
                 sampler.begin(main)
-        chunk = sampler.poll()
+        self._keep_lines(sampler.poll())
+
+    def _keep_lines(self, chunk: HotspotChunk | None) -> None:
+        assert self.session_id is not None
         if chunk is not None:
             self.timeline.hotspots.append(chunk)
             self.store.add(self.session_id, "hotspots", chunk.t_end_mono_ns, encode(chunk))

@@ -36,6 +36,7 @@ from gpudoctor.model import HotspotChunk, HotspotLine
 from gpudoctor.sources.stacks import (
     _FRAME,
     _THREAD,
+    STOP_WAIT_S,
     _library,
     _spawn,
     classify,
@@ -223,6 +224,22 @@ class HotspotSampler:
             self._next = time.monotonic() + (self.gap_s if self._n >= self.first_chunks else 0)
         if time.monotonic() >= self._next:
             self._start()
+        return chunk
+
+    def finish(self) -> HotspotChunk | None:
+        """The chunk under way as the run ends: py-spy stops by itself when the job has
+        exited, or on SIGINT, writing what it sampled; collected rather than lost (a run
+        shorter than a chunk had no lines named). Waits at most STOP_WAIT_S for each."""
+        if not self._runs:
+            return None
+        stop_when_due(self._runs, self._t_start, 0.0)
+        for run in self._runs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                run.wait(timeout=STOP_WAIT_S)
+        if any(run.poll() is None for run in self._runs):
+            return None
+        chunk = self._collect()
+        self._runs = []
         return chunk
 
     def _collect(self) -> HotspotChunk | None:
