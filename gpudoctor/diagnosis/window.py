@@ -50,6 +50,18 @@ ESTIMATED_MEASURES = ("data_wait_fraction", "split", "steps_per_s", "step_median
 CORES_HELD = "cores_held_by_others"
 
 
+def held_cores(facts: dict[str, Any], cores_allowed: int) -> int:
+    """The cores others held while the job ran (facts[CORES_HELD]), one left to the job."""
+    return min(int(facts.get(CORES_HELD) or 0), max(0, cores_allowed - 1))
+
+
+def threads_left(facts: dict[str, Any], cores_allowed: int) -> int:
+    """The intra-op threads the job's cores leave room for (fewer-threads keeps these):
+    the cores it may use, less those others held and its loader's workers; one at least."""
+    workers = int((facts.get("dataloaders") or [{}])[0].get("num_workers") or 0)
+    return max(1, cores_allowed - held_cores(facts, cores_allowed) - workers)
+
+
 def percentile(values: list[float], q: float) -> float:
     """Nearest-rank percentile, q in [0, 100]."""
     if not values:
@@ -381,14 +393,15 @@ class Window:
         process torch's threads wait on each other at every op: the test's small MLP on
         2 cores beside one busy process stepped in 27-56 ms with 2 threads and in 3.6 ms
         with one (bench/RESULTS.md, "Beside a busy process")."""
-        threads = self.facts.get("intra_op_threads")
-        workers = int((self.facts.get("dataloaders") or [{}])[0].get("num_workers") or 0)
+        facts = self.advice_facts  # the probe's, and the cores others held
+        threads = facts.get("intra_op_threads")
         allowed = self.steady_host[-1].cores_allowed if self.steady_host else 0
         if not isinstance(threads, int) or threads <= 1 or not allowed:
             return None
-        held = min(self.cores_held_by_others, allowed - 1)
-        if threads + workers <= allowed - held:
+        if threads <= threads_left(facts, allowed):
             return None
+        workers = int((facts.get("dataloaders") or [{}])[0].get("num_workers") or 0)
+        held = held_cores(facts, allowed)
         words = (
             _("{threads} intra-op threads and {workers} on {allowed}")
             if workers

@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 from gpudoctor.diagnosis.remedies import CATALOGUE
-from gpudoctor.diagnosis.window import CORES_HELD
+from gpudoctor.diagnosis.window import threads_left
 
 # Cap on suggested DataLoader workers per rank: past ~8 the returns fall off and each
 # worker holds a copy of the dataset object (PyTorch DataLoader docs warn on memory).
@@ -28,14 +28,6 @@ def script_flag(remedy_id: str, facts: dict[str, Any]) -> tuple[str, Any] | None
 def suggested_workers(facts: dict[str, Any], cores_allowed: int) -> int:
     world = int(facts.get("world_size") or 1)
     return max(2, min(MAX_WORKERS, cores_allowed // max(world, 1)))
-
-
-def threads_left(facts: dict[str, Any], cores_allowed: int) -> int:
-    """The intra-op threads fewer-threads keeps: the cores the job may use, less those
-    other processes held while it ran (one is always left) and its loader's workers."""
-    held = min(int(facts.get(CORES_HELD) or 0), cores_allowed - 1)
-    workers = int(((facts.get("dataloaders") or [{}])[0]).get("num_workers") or 0)
-    return max(1, cores_allowed - held - workers)
 
 
 def suggested_value(remedy_id: str, facts: dict[str, Any], cores_allowed: int, current: Any) -> Any:

@@ -13,15 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudoctor.diagnosis.remedies import CATALOGUE
-from gpudoctor.diagnosis.window import CORES_HELD
+from gpudoctor.diagnosis.window import held_cores, threads_left
 from gpudoctor.i18n import _
-from gpudoctor.prescribe.how import (
-    MAX_WORKERS,
-    script_flag,
-    suggested_value,
-    suggested_workers,
-    threads_left,
-)
+from gpudoctor.prescribe.how import MAX_WORKERS, script_flag, suggested_value, suggested_workers
 from gpudoctor.probe import ENV_OVERRIDES
 
 # In-process values for the probe's overrides (DataLoader keywords; the switches: _switch).
@@ -213,7 +207,7 @@ def _switch(
     if override == "threads":
         threads = facts.get("intra_op_threads")
         workers = int(loader.get("num_workers") or 0)
-        held = min(int(facts.get(CORES_HELD) or 0), cores - 1)
+        held = held_cores(facts, cores)
         value = threads_left(facts, cores)
         if not isinstance(threads, int) or value >= threads:
             raise NotApplicable(

@@ -36,11 +36,11 @@ from gpudoctor.model import HotspotChunk, HotspotLine
 from gpudoctor.sources.stacks import (
     _FRAME,
     _THREAD,
-    STOP_WAIT_S,
     _library,
     _spawn,
     classify,
     record_argv,
+    stop_now,
     stop_when_due,
 )
 
@@ -230,13 +230,7 @@ class HotspotSampler:
         """The chunk under way as the run ends: py-spy stops by itself when the job has
         exited, or on SIGINT, writing what it sampled; collected rather than lost (a run
         shorter than a chunk had no lines named). Waits at most STOP_WAIT_S for each."""
-        if not self._runs:
-            return None
-        stop_when_due(self._runs, self._t_start, 0.0)
-        for run in self._runs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                run.wait(timeout=STOP_WAIT_S)
-        if any(run.poll() is None for run in self._runs):
+        if not self._runs or not stop_now(self._runs):
             return None
         chunk = self._collect()
         self._runs = []

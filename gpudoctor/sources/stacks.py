@@ -377,11 +377,7 @@ class StackSampler:
         each py-spy; `close()` still follows."""
         if self._record is None:
             return None
-        running = [p for p in (self._record, self._busy) if p is not None and p.poll() is None]
-        stop_when_due(running, self._t_start, 0.0)
-        for proc in running:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=STOP_WAIT_S)
+        stop_now([self._record, self._busy])
         if self._record.poll() is None:
             return None
         return self._collect()
@@ -461,6 +457,17 @@ def stop_when_due(
         if run is not None and run.poll() is None:
             with contextlib.suppress(OSError):
                 run.send_signal(signal.SIGINT)
+
+
+def stop_now(runs: Sequence[subprocess.Popen[bytes] | None]) -> bool:
+    """py-spy's runs told to stop now and waited for, at most STOP_WAIT_S each: whether
+    all of them have ended."""
+    live = [run for run in runs if run is not None]
+    stop_when_due(live, 0, 0.0)
+    for run in live:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            run.wait(timeout=STOP_WAIT_S)
+    return all(run.poll() is not None for run in live)
 
 
 def record_argv(
