@@ -15,7 +15,7 @@ from typing import Any
 from conftest import PY, SAMPLES, doctor, load_recorded_session, wait_for
 from rich.console import Console
 from rich.text import Text
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable, Footer, Header, Static
 
 from gpudoctor.app.follow import DIAGNOSE_EVERY_S, Follower
 from gpudoctor.jobs import LaunchedJob
@@ -92,15 +92,26 @@ def test_at_80x24_the_findings_keep_no_empty_rows_the_output_could_use() -> None
             findings, output = app.query_one(FindingsPanel), app.query_one(OutputPanel)
             with_findings = findings.outer_size.height
             assert findings.option_count > 0 and 3 < with_findings <= 24 * 3 // 10
+            # the output has too few rows beside them: the panels take them, no blank band
+            await wait_for(pilot, lambda: rows_used(app) == 24)
             await pilot.press("home")
             await wait_for(pilot, lambda: findings.option_count == 1)  # "no findings yet"
             await wait_for(pilot, lambda: findings.outer_size.height == 3)
             await wait_for(pilot, lambda: output.display and output.outer_size.height >= 5)
             assert app.screen.max_scroll_y == 0
+            assert rows_used(app) == 24
             await pilot.press("end")
             await wait_for(pilot, lambda: findings.outer_size.height == with_findings)
+            await wait_for(pilot, lambda: rows_used(app) == 24)
 
     asyncio.run(drive())
+
+
+def rows_used(app: Any) -> int:
+    """The rows the main screen's parts take, top to bottom (those shown)."""
+    parts = [app.query_one(Header), app.query_one(GpuPanel), app.query_one("#panels")]
+    parts += [app.query_one(OutputPanel), app.query_one(FindingsPanel), app.query_one(Footer)]
+    return sum(w.outer_size.height for w in parts if w.display)
 
 
 def gpu_text(app: Any) -> list[str]:

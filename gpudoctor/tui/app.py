@@ -22,7 +22,7 @@ from gpudoctor.report.render import ended_words
 from gpudoctor.series import POINTS, RunSeries, first_seen, run_series
 from gpudoctor.snapshot import Snapshot, take, timeline_span
 from gpudoctor.timeline import Timeline
-from gpudoctor.tui.messages import JobExited, SessionFailed, SnapshotReady
+from gpudoctor.tui.messages import JobExited, PanelResized, SessionFailed, SnapshotReady
 from gpudoctor.tui.plots import RANGES, STRIP_RANGE_S, HistoryStrip, PlotsScreen
 from gpudoctor.tui.screens import (
     FindingScreen,
@@ -194,19 +194,23 @@ class DoctorApp(App[JobExit | None]):
             strip.draw(snapshot.series)
         self.call_after_refresh(self._fit_panels)  # with the other panels laid out
 
+    @on(PanelResized)
+    def _on_panel_resized(self) -> None:
+        # a fit made before the layout that shrank the findings (a replay sought to its
+        # start: "no findings yet") saw their old height and hid the output: fitted again
+        if not self._main_hidden():
+            self.call_after_refresh(self._fit_panels)
+
     def _fit_panels(self) -> None:
         """Host and job as tall as the taller one's content (a layout only when that
         changes): neither keeps empty rows beside a short neighbour's, the output gets
-        the rest."""
+        the rest, or the panels do when it is too little for the output."""
         rows = max(self.query_one(HostPanel).lines, self.query_one(JobPanel).lines) + 2
         # never more than the screen leaves them (the output hides first): a short
         # screen crops their last lines rather than scroll the whole screen
         others = (GpuPanel, FindingsPanel, HistoryStrip, Header, Footer)
         room = self.size.height - sum(self.query_one(w).outer_size.height for w in others)
         rows = min(rows, max(MIN_PANEL_ROWS, room))
-        if rows > 2 and rows != self._panel_rows:
-            self._panel_rows = rows
-            self.query_one("#panels").styles.height = rows
         # a tall screen's strip of plots takes half of what the output would have past
         # OUTPUT_ROWS (the output is a tail: o shows it all), up to STRIP_MAX_ROWS
         strip = self.query_one(HistoryStrip)
@@ -218,9 +222,15 @@ class DoctorApp(App[JobExit | None]):
                 strip.styles.height = height
             room = base + STRIP_ROWS - height
         # the output with fewer than three rows (its border and one line) is left out,
-        # not kept as a strip that pushes the findings off the screen (o shows it)
+        # not kept as a strip that pushes the findings off the screen (o shows it); the
+        # panels take its rows then, not a blank band above the footer
         output = self.query_one(OutputPanel)
         fits = room - rows >= 3
+        if not fits:
+            rows = max(MIN_PANEL_ROWS, room)
+        if rows > 2 and rows != self._panel_rows:
+            self._panel_rows = rows
+            self.query_one("#panels").styles.height = rows
         if output.display != fits:
             output.display = fits
 

@@ -19,6 +19,11 @@ class SnapshotReady(Message):
         return isinstance(message, SnapshotReady)
 
 
+class PanelResized(Message):
+    """A panel of the main screen changed size (the findings grew or shrank, the GPU
+    panel's layout changed): the panels beside it are fitted again to the room left."""
+
+
 class JobExited(Message):
     """The session loop is over: the job ended, or the doctor left it running."""
 

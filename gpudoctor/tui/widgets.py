@@ -19,6 +19,7 @@ from gpudoctor.report.build import gpu_reason_words
 from gpudoctor.report.render import how_words
 from gpudoctor.snapshot import Snapshot
 from gpudoctor.terminal import OutputLine
+from gpudoctor.tui.messages import PanelResized
 from gpudoctor.units import cell_width, crop, ms_text, pad, rate_text, wrap_columns
 
 
@@ -49,6 +50,7 @@ class Panel(Static):
     def on_resize(self) -> None:
         """The layout depends on the room: render again at the new size."""
         self.rerender()
+        self.post_message(PanelResized())
 
     def rerender(self) -> None:
         self._lines = -1
@@ -366,6 +368,7 @@ class FindingsPanel(OptionList):
         if self._shown_in is not None and self.shown:
             self.shown = None
             self.show(self._shown_in)
+        self.post_message(PanelResized())
 
 
 INDENT = 7  # a finding's evidence and remedy, under its title (past the severity)
