@@ -15,6 +15,7 @@ import socket
 import sqlite3
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -37,6 +38,8 @@ from gpudoctor.model import (
     StackChunk,
 )
 from gpudoctor.timeline import Timeline
+
+T = TypeVar("T")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -163,15 +166,7 @@ class Store:
             self.db = sqlite3.connect(str(path), timeout=BUSY_S, check_same_thread=False)
             # another doctor's lock while setting up (two that start at once on a new store:
             # one makes it WAL and its tables), waited for as a session's start waits
-            deadline = time.monotonic() + FINISH_TRIES_S
-            while True:
-                try:
-                    self._set_up()
-                    break
-                except sqlite3.OperationalError as exc:
-                    if not _locked(exc) or time.monotonic() >= deadline:
-                        raise
-                time.sleep(0.05)
+            _retried(self._set_up, _locked, pause_s=0.05)
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(
                 _("cannot use the session store {path}: {why}").format(path=path, why=exc)
@@ -244,19 +239,17 @@ class Store:
     def _write(self, sql: str, params: tuple[Any, ...]) -> sqlite3.Cursor:
         """One statement that must be written now (a session's start): a lock held by
         another process is waited for, up to FINISH_TRIES_S; StoreError after that."""
-        deadline = time.monotonic() + FINISH_TRIES_S
-        while True:
-            try:
-                with self.db:
-                    return self.db.execute(sql, params)
-            except sqlite3.Error as exc:
-                if time.monotonic() >= deadline:
-                    raise StoreError(
-                        _("cannot write the session store {path}: {why}").format(
-                            path=self.path, why=exc
-                        )
-                    ) from None
-            time.sleep(0.25)
+
+        def execute() -> sqlite3.Cursor:
+            with self.db:
+                return self.db.execute(sql, params)
+
+        try:
+            return _retried(execute, lambda _exc: True, pause_s=0.25)
+        except sqlite3.Error as exc:
+            raise StoreError(
+                _("cannot write the session store {path}: {why}").format(path=self.path, why=exc)
+            ) from None
 
     def add(self, session_id: int, kind: str, t_mono_ns: int, data: Any) -> None:
         self._pending.append((session_id, t_mono_ns, kind, json.dumps(data)))
@@ -520,9 +513,24 @@ class Store:
         return sum(int(steps) for _, steps in rows) if rows else None
 
 
-def _locked(exc: sqlite3.OperationalError) -> bool:
+def _retried(attempt: Callable[[], T], again: Callable[[sqlite3.Error], bool], pause_s: float) -> T:
+    """`attempt()`, tried again after `pause_s` while it fails with an error `again`
+    accepts, up to FINISH_TRIES_S; the last error is raised."""
+    deadline = time.monotonic() + FINISH_TRIES_S
+    while True:
+        try:
+            return attempt()
+        except sqlite3.Error as exc:
+            if not again(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause_s)
+
+
+def _locked(exc: sqlite3.Error) -> bool:
     """Another connection's lock ('database is locked', 'database table is locked')."""
-    return "locked" in str(exc) or "busy" in str(exc)
+    return isinstance(exc, sqlite3.OperationalError) and (
+        "locked" in str(exc) or "busy" in str(exc)
+    )
 
 
 def _private_store(path: Path, explicit: bool) -> str | None:
@@ -624,9 +632,6 @@ def decode_gpu(d: dict[str, Any]) -> GpuSample:
     if d.get("compute_capability") is not None:
         d["compute_capability"] = tuple(d["compute_capability"])
     return _built(GpuSample, d)
-
-
-T = TypeVar("T")
 
 
 def _built(cls: type[T], d: dict[str, Any]) -> T:

@@ -298,7 +298,7 @@ def _holding(path: Path) -> subprocess.Popen[str]:
     holder = subprocess.Popen(
         [PY, "-c", "import sqlite3, sys\n"
          f"c = sqlite3.connect({str(path)!r}, isolation_level=None)\n"
-         "c.execute('BEGIN IMMEDIATE'); c.execute('CREATE TABLE t (x)')\n"
+         "c.execute('BEGIN IMMEDIATE'); c.execute('CREATE TABLE IF NOT EXISTS t (x)')\n"
          "print('held', flush=True); sys.stdin.read(); c.execute('COMMIT')"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -334,6 +334,33 @@ def test_a_store_held_longer_than_a_start_waits_is_a_clear_error(
             Store(path)
     finally:
         holder.communicate(timeout=10)
+
+
+def test_a_sessions_start_waits_for_another_doctors_write_and_then_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session's first rows must be written now: another process's write lock on the
+    store is waited for (the session is made once it lets go), and one held past the
+    wait is a StoreError that names the store and the lock."""
+    path = tmp_path / "s.db"
+    store = Store(path)
+    timeline = Timeline(["python", "x.py"], 1.7e9, 0)
+    holder = _holding(path)
+    assert holder.stdin is not None
+    letting_go = threading.Timer(0.6, holder.stdin.close)
+    letting_go.start()
+    sid = store.create_session(timeline, "/work", 5)
+    holder.wait(timeout=10)
+    assert [row.id for row in store.sessions()] == [sid]
+    monkeypatch.setattr("gpudoctor.store.FINISH_TRIES_S", 0.3)
+    holder = _holding(path)
+    try:
+        with pytest.raises(StoreError, match=r"cannot write the session store .*s\.db: .*locked"):
+            store.create_session(timeline, "/work", 6)
+    finally:
+        holder.communicate(timeout=10)
+    assert [row.id for row in store.sessions()] == [sid]
+    store.close()
 
 
 def test_a_long_sessions_gpu_readings_load_as_the_newest_the_timeline_keeps(
