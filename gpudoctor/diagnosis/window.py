@@ -55,11 +55,15 @@ def held_cores(facts: dict[str, Any], cores_allowed: int) -> int:
     return min(int(facts.get(CORES_HELD) or 0), max(0, cores_allowed - 1))
 
 
+def loader_workers(facts: dict[str, Any]) -> int:
+    """The worker processes of the job's (first) DataLoader, 0 without one."""
+    return int((facts.get("dataloaders") or [{}])[0].get("num_workers") or 0)
+
+
 def threads_left(facts: dict[str, Any], cores_allowed: int) -> int:
     """The intra-op threads the job's cores leave room for (fewer-threads keeps these):
     the cores it may use, less those others held and its loader's workers; one at least."""
-    workers = int((facts.get("dataloaders") or [{}])[0].get("num_workers") or 0)
-    return max(1, cores_allowed - held_cores(facts, cores_allowed) - workers)
+    return max(1, cores_allowed - held_cores(facts, cores_allowed) - loader_workers(facts))
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -400,7 +404,7 @@ class Window:
             return None
         if threads <= threads_left(facts, allowed):
             return None
-        workers = int((facts.get("dataloaders") or [{}])[0].get("num_workers") or 0)
+        workers = loader_workers(facts)
         held = held_cores(facts, allowed)
         words = (
             _("{threads} intra-op threads and {workers} on {allowed}")

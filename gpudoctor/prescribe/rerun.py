@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudoctor.diagnosis.remedies import CATALOGUE
-from gpudoctor.diagnosis.window import held_cores, threads_left
+from gpudoctor.diagnosis.window import held_cores, loader_workers, threads_left
 from gpudoctor.i18n import _
 from gpudoctor.prescribe.how import MAX_WORKERS, script_flag, suggested_value, suggested_workers
 from gpudoctor.probe import ENV_OVERRIDES
@@ -138,7 +138,7 @@ def _apply(remedy_id: str, t: Treatment, facts: dict[str, Any], cores: int) -> T
                 )
             change = f"DataLoader {key}={current!r} -> {value!r}"
         else:
-            key, value, change = _switch(remedy_id, override, facts, cores, loader)
+            key, value, change = _switch(remedy_id, override, facts, cores)
             overrides[key] = value
         return Treatment(t.argv, overrides, (*t.applied, Change(remedy_id, "probe", change, why)))
     raise NotApplicable(
@@ -156,7 +156,7 @@ BF16_CAPABILITY = (8, 0)
 
 
 def _switch(
-    remedy_id: str, override: str, facts: dict[str, Any], cores: int, loader: dict[str, Any]
+    remedy_id: str, override: str, facts: dict[str, Any], cores: int
 ) -> tuple[str, Any, str]:
     """A process-wide or per-model switch of the probe's: its key in the overrides, its
     value, and the change as words (NotApplicable when it cannot help this job)."""
@@ -206,7 +206,7 @@ def _switch(
         return "matmul_precision", "high", 'torch.set_float32_matmul_precision("high")'
     if override == "threads":
         threads = facts.get("intra_op_threads")
-        workers = int(loader.get("num_workers") or 0)
+        workers = loader_workers(facts)
         held = held_cores(facts, cores)
         value = threads_left(facts, cores)
         if not isinstance(threads, int) or value >= threads:
