@@ -26,6 +26,12 @@ class ProcessRow:
     rss_bytes: int
     gpu_mem_bytes: int | None  # summed over the GPUs it holds memory on
     python: bool
+    started_s: float = 0.0  # when it started (epoch seconds): with the pid, which process
+
+    @property
+    def key(self) -> str:
+        """The process itself, not its pid alone (a pid is reused once it has ended)."""
+        return f"{self.pid}:{self.started_s:.2f}"
 
 
 class ProcessLister:
@@ -75,6 +81,7 @@ class ProcessLister:
                             rss_bytes=p.memory_info().rss,
                             gpu_mem_bytes=gpu_mem.get(pid),
                             python=python,
+                            started_s=p.create_time(),
                         )
                     )
             except psutil.Error:

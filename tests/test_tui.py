@@ -339,13 +339,84 @@ def test_home_lists_python_processes_and_enter_chooses_one_to_watch() -> None:
             await pilot.press("enter")
             await wait_for(pilot, lambda: not app.is_running)
             assert chosen is not None
-            assert app.return_value == HomeChoice("watch", pid=chosen.pid)
+            assert app.return_value == HomeChoice(
+                "watch", pid=chosen.pid, started_s=chosen.started_s
+            )
 
     try:
         asyncio.run(drive())
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_home_highlight_follows_the_process_as_the_list_is_sorted_anew() -> None:
+    """Issue 40: the list is sorted again at every reading; the highlight stays on the
+    process it was on (pid and start), and Enter watches that one, never the process
+    that moved into its place (on a shared server, another user's job)."""
+    from gpudoctor.machine import Machine
+    from gpudoctor.tui.home import HomeChoice, make_home_app
+
+    class Reordering(Machine):  # the real readings, their order turned at each one
+        ticks = 0
+
+        def tick(self) -> Any:
+            snapshot, rows = super().tick()
+            Reordering.ticks += 1
+            return snapshot, rows[::-1] if Reordering.ticks % 2 else rows
+
+    sleepers = [subprocess.Popen([PY, "-c", "import time; time.sleep(60)"]) for _ in range(3)]
+    pids = {p.pid for p in sleepers}
+    app = make_home_app(Reordering(), interval_s=0.2)
+
+    async def drive() -> None:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_for(pilot, lambda: pids <= {r.pid for r in app.rows})
+            table = app.query_one(DataTable)
+            # a sleeper away from the middle: turning the list over moves it
+            mid = (len(app.rows) - 1) / 2
+            target = max(
+                (r for r in app.rows if r.pid in pids), key=lambda r: abs(app.rows.index(r) - mid)
+            )
+            first = app.rows.index(target)
+            table.move_cursor(row=first)
+            await pilot.pause()
+            moved = 0
+            for _ in range(12):  # readings come and turn the list over
+                start = Reordering.ticks
+                await wait_for(pilot, lambda start=start: Reordering.ticks > start)
+                await pilot.pause(0.05)
+                chosen = app.selected()
+                assert chosen is not None and chosen.key == target.key
+                moved += table.cursor_row != first
+            assert moved, "the list never moved the process: the test proved nothing"
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: not app.is_running)
+            assert app.return_value == HomeChoice(
+                "watch", pid=target.pid, started_s=target.started_s
+            )
+
+    try:
+        asyncio.run(drive())
+    finally:
+        for p in sleepers:
+            p.kill()
+            p.wait()
+
+
+def test_home_choice_of_an_ended_process_is_not_watched() -> None:
+    """A pid whose process ended (and may be reused) between the choice and the watch."""
+    from gpudoctor.cli.home import same_process
+
+    proc = subprocess.Popen([PY, "-c", "import time; time.sleep(60)"])
+    import psutil
+
+    started = psutil.Process(proc.pid).create_time()
+    assert same_process(proc.pid, started)
+    assert not same_process(proc.pid, started - 5)  # another process under that pid
+    proc.kill()
+    proc.wait()
+    assert not same_process(proc.pid, started)
 
 
 def test_home_r_types_a_command_to_run_under_the_doctor() -> None:

@@ -6,9 +6,24 @@ from __future__ import annotations
 import argparse
 
 
+def same_process(pid: int | None, started_s: float | None) -> bool:
+    """The pid is still the process that was chosen: it started when that one did (a
+    pid freed by an ended process can be another user's job a moment later)."""
+    import psutil
+
+    if pid is None:
+        return False
+    try:
+        now_started = psutil.Process(pid).create_time()
+    except psutil.Error:
+        return False
+    return started_s is None or abs(now_started - started_s) < 0.01
+
+
 def home(args: argparse.Namespace) -> int:
     from gpudoctor.cli import run, watch
     from gpudoctor.cli.common import UsageError
+    from gpudoctor.i18n import _
 
     # through the parser: the options' defaults are the command line's own
     from gpudoctor.cli.parser import build_parser
@@ -24,6 +39,9 @@ def home(args: argparse.Namespace) -> int:
         notice = None
         try:
             if choice.action == "watch":
+                if not same_process(choice.pid, choice.started_s):
+                    notice = _("process {pid} has ended: nothing watched").format(pid=choice.pid)
+                    continue
                 argv = [*store, "watch", "--pid", str(choice.pid)]
                 watch.command(build_parser().parse_args(argv))
             else:

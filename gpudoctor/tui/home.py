@@ -31,6 +31,7 @@ class HomeChoice:
     action: str  # "watch" | "run"
     pid: int | None = None
     command: tuple[str, ...] = ()
+    started_s: float | None = None  # the watched process's start: the pid's process then
 
 
 class MachineReady(Message):
@@ -170,9 +171,12 @@ class HomeApp(App[HomeChoice | None]):
     def _on_machine(self, message: MachineReady) -> None:
         for panel in (GpuPanel, HostPanel):
             self.query_one(panel).snapshot = message.snapshot
-        self.rows = message.rows
         table = self.query_one(DataTable)
+        # the highlight follows the process, not the row's place: the list is sorted anew
+        # at every reading, and Enter must never act on a process that moved under it
+        was = self.selected()
         keep = table.cursor_row
+        self.rows = message.rows
         table.clear()
         for r in message.rows:
             table.add_row(
@@ -183,27 +187,33 @@ class HomeApp(App[HomeChoice | None]):
                 display.mib(r.gpu_mem_bytes) if r.gpu_mem_bytes is not None else "-",
                 # anyone's command line: secrets masked; the program by its name
                 redact_text(display.command_words(r.command.split(" ")))[:120],
-                key=str(r.pid),
+                key=r.key,
             )
         if message.rows:
-            table.move_cursor(row=min(keep, len(message.rows) - 1))
+            keys = [r.key for r in message.rows]
+            if was is not None and was.key in keys:
+                keep = keys.index(was.key)
+            table.move_cursor(row=min(keep, len(message.rows) - 1), animate=False)
 
     @on(DataTable.RowSelected)
     def _on_row_selected(self, event: DataTable.RowSelected) -> None:
-        self.action_watch()
+        """Enter on a row: the process that row showed (by its key, whatever the list
+        has become since the key was pressed)."""
+        chosen = next((r for r in self.rows if r.key == event.row_key.value), None)
+        self.action_watch(chosen)
 
     def selected(self) -> ProcessRow | None:
         table = self.query_one(DataTable)
-        if not self.rows or table.cursor_row >= len(self.rows):
+        if not self.rows or not 0 <= table.cursor_row < len(self.rows):
             return None
         return self.rows[table.cursor_row]
 
-    def action_watch(self) -> None:
-        row = self.selected()
+    def action_watch(self, row: ProcessRow | None = None) -> None:
+        row = row or self.selected()
         if row is None:
             self.notify(_("no process to watch: r runs a command under the doctor"))
             return
-        self.exit(HomeChoice("watch", pid=row.pid))
+        self.exit(HomeChoice("watch", pid=row.pid, started_s=row.started_s))
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(HOME_HELP))
