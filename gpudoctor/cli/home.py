@@ -23,10 +23,10 @@ def same_process(pid: int | None, started_s: float | None) -> bool:
 def home(args: argparse.Namespace) -> int:
     from gpudoctor.cli import run, watch
     from gpudoctor.cli.common import UsageError
-    from gpudoctor.i18n import _
 
     # through the parser: the options' defaults are the command line's own
     from gpudoctor.cli.parser import build_parser
+    from gpudoctor.i18n import _
     from gpudoctor.machine import Machine
     from gpudoctor.tui.home import make_home_app
 
