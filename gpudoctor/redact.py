@@ -23,13 +23,20 @@ from typing import Any
 
 MASK = "***"
 
-# A name that looks like a secret's: these words anywhere in it (the issue's list).
+# A name that looks like a secret's, judged by its words (split at `-`, `_`, `.` and
+# camelCase): it ends in one of _LAST_WORDS (`--token`, `--hf-token`, `WANDB_API_KEY`,
+# `--auth`), or holds one of _ANY_WORDS anywhere (`--secret-file`, `DB_PASSWORD_X`),
+# or its last word ends in one of _GLUED (`--apikey`, `HFTOKEN`). A name that only
+# mentions them is not: `--include-tokens-per-second`, `--max-tokens`, a tokenizer,
+# `num_key_value_heads`, `--key-name`, an author, Python's KeyError (issue 39).
 _SECRET_WORDS = ("key", "token", "secret", "password", "passwd", "credential", "auth")
-# Names that hold those words and are plainly not secrets: a tokenizer's name, token
-# counts, a dictionary key's name in a config, an author, Python's KeyError.
-_HARMLESS = re.compile(
-    r"tokenizer|tokens$|^(num|max|min)_?tok|author|keys?_?(name|field)|^keyerror$", re.I
-)
+_LAST_WORDS = frozenset(
+    ("key", "token", "secret", "secrets", "password", "passwd", "pwd", "auth", "credential",
+     "credentials", "pat", "apikey", "passphrase")
+)  # fmt: skip
+_ANY_WORDS = frozenset(("secret", "secrets", "password", "passwd", "credential", "credentials"))
+_GLUED = ("apikey", "token", "secret", "password", "passwd")
+_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 
 _TOKEN_SHAPES = re.compile(
     r"\b(?:hf_[A-Za-z0-9]{20,}"  # Hugging Face
@@ -61,10 +68,13 @@ _ASSIGNED = re.compile(
 
 
 def looks_secret(name: str) -> bool:
-    bare = name.lstrip("-").lower()
-    if not bare or _HARMLESS.search(bare):
+    words = [w.lower() for w in _WORD.findall(name.lstrip("-"))]
+    if not words:
         return False
-    return any(word in bare for word in _SECRET_WORDS)
+    last = words[-1]
+    if last in _LAST_WORDS or any(w in _ANY_WORDS for w in words):
+        return True
+    return bool(last.endswith(_GLUED))
 
 
 def redact_argv(argv: Sequence[str]) -> list[str]:

@@ -144,6 +144,11 @@ SECRETS = [
     (["python", "t.py", "--slack", "xoxb-123456789012-abcdef"], "xoxb-123456789012"),
     (["python", "t.py", "--client-credential", "c1c2c3"], "c1c2c3"),
     (["python", "t.py", "--auth=Basic-abc"], "Basic-abc"),
+    # judged by meaning (issue 39): the name ends in the secret's word
+    (["python", "t.py", "--token", "t0k-123"], "t0k-123"),
+    (["python", "t.py", "--hub_token", "t0k-456"], "t0k-456"),
+    (["env", "WANDB_API_KEY=0123abcd", "python", "t.py"], "0123abcd"),
+    (["python", "t.py", "--apikey", "k3y-789"], "k3y-789"),
 ]  # fmt: skip
 TEXT = [
     ("config: {'api_key': 'abc123', 'lr': 0.1}", "abc123"),
@@ -162,6 +167,11 @@ KEPT = [
     (["python", "t.py", "--tokenizer", "bert-base-uncased", "--max-tokens", "512"],
      "bert-base-uncased"),
     (["python", "t.py", "--author", "me", "--lr", "0.1"], "0.1"),
+    # Hugging Face scripts' options that mention tokens or keys and are no secrets
+    (["python", "t.py", "--include-tokens-per-second", "true", "--max_new_tokens", "20"],
+     "true"),
+    (["python", "t.py", "--num_key_value_heads", "4", "--key-name", "input_ids"], "input_ids"),
+    (["python", "t.py", "--tokenizer_name", "gpt2", "--token-file", "/etc/x"], "gpt2"),
 ]  # fmt: skip
 
 
