@@ -8,6 +8,7 @@ import contextlib
 import importlib.abc
 import importlib.util
 import sys
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,23 +17,56 @@ from .invisible import drop_own_frame, unseen
 
 
 class TorchWatcher(importlib.abc.MetaPathFinder):
-    """Waits for `import torch`; installs the torch hook groups once it has loaded. It
-    leaves sys.meta_path at the first import of torch."""
+    """Waits for torch to load, however it is imported: `import torch` or a library that
+    imports it, `importlib.import_module`, a LazyLoader, a thread. Each lookup of
+    "torch" (the import system's, or a caller's own `importlib.util.find_spec("torch")`,
+    as transformers, datasets and accelerate ask before they import it) gets the spec the
+    finders after this one give, the same object; its loader runs the probe's
+    `exec_module` once, the torch hook groups installed after the original. The watcher
+    stays in sys.meta_path until torch has loaded: a spec a caller looks at and throws
+    away must not cost the import that follows."""
 
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
+        self.installed = False
+        self.local = threading.local()  # a finder after this one may ask again
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        if name != "torch":
+        if name != "torch" or getattr(self.local, "inside", False):
             return None
-        with contextlib.suppress(ValueError):
-            sys.meta_path.remove(self)
-        spec = importlib.util.find_spec("torch")
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        loader = spec.loader
+        self.local.inside = True
+        try:  # what the other finders raise is theirs to raise, as without the probe
+            spec = self._others(name, path, target)
+        finally:
+            self.local.inside = False
+        if spec is not None:
+            try:
+                self._watch(spec.loader)
+            except Exception as exc:
+                self.agent.error("torch-watch", exc)
+        return spec
+
+    def _others(self, name: str, path: Any, target: Any) -> Any:
+        """What the finders after this one answer, asked in sys.meta_path's order."""
+        for finder in list(sys.meta_path):
+            if finder is self:
+                continue
+            find = getattr(finder, "find_spec", None)
+            if find is None:
+                continue
+            spec = find(name, path, target)
+            if spec is not None:
+                return spec
+        return None
+
+    def _watch(self, loader: Any) -> None:
+        if loader is None or not hasattr(loader, "exec_module"):
+            return
+        if getattr(loader.__dict__.get("exec_module"), "_gpudoctor_watch", False):
+            return  # this loader is watched already (asked twice for the same spec)
+        had_own = "exec_module" in loader.__dict__
         original = loader.exec_module
-        agent = self.agent
+        watcher = self
 
         def exec_module(module: Any) -> None:
             try:
@@ -41,14 +75,27 @@ class TorchWatcher(importlib.abc.MetaPathFinder):
                 drop_own_frame(exc)
                 raise
             finally:
-                loader.exec_module = original  # type: ignore[method-assign]
-            try:
-                install_torch(agent, module)
-            except Exception as exc:
-                agent.error("install", exc)
+                with contextlib.suppress(Exception):
+                    if had_own:
+                        loader.exec_module = original
+                    else:
+                        del loader.exec_module
+            watcher.loaded(module)
 
-        loader.exec_module = unseen(exec_module)  # type: ignore[method-assign]
-        return spec
+        exec_module._gpudoctor_watch = True  # type: ignore[attr-defined]
+        loader.exec_module = unseen(exec_module)
+
+    def loaded(self, module: Any) -> None:
+        """torch has loaded: the watcher leaves, and the hook groups go in (once)."""
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(self)
+        if self.installed:
+            return
+        self.installed = True
+        try:
+            install_torch(self.agent, module)
+        except Exception as exc:
+            self.agent.error("install", exc)
 
 
 def install(agent: Agent) -> None:
@@ -99,6 +146,7 @@ def install_torch(agent: Agent, torch: Any) -> None:
 
     from .autograd import BackwardHooks
     from .cuda import CudaHooks
+    from .housekeeping import HousekeepingHooks
     from .invisible import FRAMES_DROPPED, mark_wrappers, skip_all_in_dynamo
     from .loader import LoaderHooks
     from .models import ModelHooks
@@ -119,7 +167,8 @@ def install_torch(agent: Agent, torch: Any) -> None:
             "Python < 3.11: a traceback through a call the probe times shows one frame of it"
         )
     apply_overrides(agent, torch)
-    for group in (ModelHooks, LoaderHooks, BackwardHooks, OptimizerHooks, CudaHooks):
+    groups = (ModelHooks, LoaderHooks, BackwardHooks, OptimizerHooks, HousekeepingHooks, CudaHooks)
+    for group in groups:
         try:
             agent.groups.append(group(agent, torch))
         except Exception as exc:
