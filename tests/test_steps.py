@@ -264,3 +264,80 @@ def test_a_reset_clock_starts_from_nothing() -> None:
     assert (clock.index, clock.ends_seen, len(clock.take(1 << 30)), clock.closer) == (0, 0, 0, None)
     training_loop(clock, 3)
     assert len(steps(clock)) == 3
+
+
+def test_forwards_before_the_first_backward_are_evaluation_not_steps() -> None:
+    """nanoGPT estimates the loss (forwards under no_grad) before its first step; a
+    Lightning sanity check runs validation batches first: neither is a step."""
+    clock = StepClock()
+    t = 0
+    for _ in range(30):  # the evaluation: the model called 30 times, no backward
+        clock.forward_start(t, MODEL)
+        clock.forward_end(t, t + 2)
+        t += 3
+    assert clock.ends_seen == 0  # nothing said before it is known to be a step
+    training_loop(clock, 10, t=t)
+    out = steps(clock)
+    assert len(out) == 10
+    assert [s["index"] for s in out] == list(range(10))
+    assert clock.eval_forwards == 30 and clock.eval_ns == 2 + 29 * 3
+    assert out[0]["forwards"] == 1
+
+
+def test_a_job_that_never_trains_steps_per_forward_after_all() -> None:
+    clock = StepClock()
+    for i in range(12):
+        clock.forward_start(i * 10, MODEL)
+        clock.forward_end(i * 10, i * 10 + 4)
+    assert clock.ends_seen == 0
+    assert len(steps(clock)) == 12  # at the end: inference, each forward a step
+
+
+def test_a_long_inference_is_released_before_the_end() -> None:
+    from gpudoctor.probe.clock import PRE_TRAIN_ROWS
+
+    clock = StepClock()
+    for i in range(PRE_TRAIN_ROWS + 5):
+        clock.forward_start(i * 10, MODEL)
+        clock.forward_end(i * 10, i * 10 + 4)
+    assert clock.ends_seen >= PRE_TRAIN_ROWS
+
+
+def test_a_closures_forwards_never_end_a_step_and_the_count_never_goes_back() -> None:
+    """L-BFGS's first step runs its closure many times before any step has ended."""
+    clock = StepClock()
+    t = 0
+    seen = []
+    for _ in range(3):
+        clock.optimizer_start()
+        for _ in range(20):
+            clock.forward_start(t, MODEL)
+            clock.forward_end(t, t + 1)
+            clock.backward_done(t + 1, t + 2)
+            seen.append(clock.ends_seen)
+            t += 3
+        clock.optimizer_done(ADAM, t - 60, t)
+        seen.append(clock.ends_seen)
+        t += 1
+    assert len(steps(clock)) == 3
+    assert seen == sorted(seen) and max(seen) <= 3
+
+
+def test_bookkeeping_between_steps_is_not_time_outside_the_model() -> None:
+    """zero_grad, clipping, a no_grad update, an evaluation: host work between steps
+    that is not input; what is left is."""
+    clock = StepClock()
+    t = 0
+    for _ in range(6):
+        clock.forward_start(t + 5, MODEL)  # 5 units since the last step ended
+        clock.forward_end(t + 5, t + 7)
+        clock.backward_done(t + 7, t + 9)
+        clock.optimizer_start()
+        clock.optimizer_done(ADAM, t + 9, t + 10)
+        clock.housekeeping(t + 10, t + 11)  # zero_grad after the step
+        clock.evaluated(t + 11, t + 13)  # an evaluation forward
+        t += 10
+    out = steps(clock)
+    assert out[-1]["outside_ns"] == 2  # 5 less the 1 of bookkeeping and 2 of evaluation
+    assert out[-1]["forward_ns"] == 2 and out[-1]["forwards"] == 1
+    assert clock.eval_forwards == 6

@@ -15,7 +15,18 @@ A step ends at the strongest kind of end event the job has shown so far:
 - else a DataLoader batch (END_LOADER: the next batch starts the next step) or a root
   module's forward (END_FORWARD: a step calls each root once, so the next call of a
   root already called starts the next step; a teacher and a student, or an encoder and
-  a decoder, make one step), for inference.
+  a decoder, make one step), for inference. Such steps are held back too, until a
+  backward shows up (then the job trains, and they were an evaluation before its first
+  step: nanoGPT's loss estimate, Lightning's sanity check; they are no steps, and their
+  time is evaluation's) or until PRE_TRAIN_ROWS of them or PRE_TRAIN_HOLD_NS passed
+  without one (inference: they were steps).
+
+What runs inside an optimizer's step (a closure's forwards and backwards: L-BFGS) never
+ends a step. A root module called with gradients off once the job trains, where that
+module was called with them on before, is evaluation (`evaluated`): its time is not the
+step's forward, nor data wait. Host work between steps that is the step's bookkeeping,
+not input (`housekeeping`: zero_grad, clipping, a `no_grad` block such as a hand-written
+update, a scheduler's step, a save) is taken out of the time outside the model.
 
 Everything between two step ends belongs to the later step.
 
@@ -43,6 +54,10 @@ END_NAMES = ("", "forward", "dataloader", "backward", "optimizer")
 MAX_BUFFERED_STEPS = 20000
 # See the module's docstring: backward() steps held back until an optimizer shows up.
 PROVISIONAL_STEPS = 64
+# See the module's docstring: forward or loader steps held back until a backward shows up.
+# nanoGPT's first loss estimate is 2 x 200 forwards; a held row is about 150 bytes.
+PRE_TRAIN_ROWS = 2048
+PRE_TRAIN_HOLD_NS = 30_000_000_000
 # Sampling (see the module's docstring). Every step is measured in detail until then.
 FULL_STEPS = 20
 SAMPLE_EVERY = 32
@@ -73,6 +88,13 @@ class StepClock:
         self.out.clear()
         self.dropped = 0
         self.held: list[tuple[int, ...]] | None = []
+        # steps that ended at a forward or a batch before any backward (see the docstring)
+        self.pre_train: list[tuple[int, ...]] | None = []
+        # evaluation (see the docstring), over the whole run: time and forwards
+        self.eval_ns = 0
+        self.eval_forwards = 0
+        # the step's bookkeeping since its end, not yet taken out of the time outside
+        self.housekeeping_ns = 0
         self.detail = 1  # the step being measured now is measured in detail
         self.next_detail = 1  # and the next one will be (decided at this one's end)
         self.sampling = False  # set by the probe once its per-step hooks can be detached
@@ -100,7 +122,13 @@ class StepClock:
     @property
     def ends_seen(self) -> int:
         """Steps that ended so far, counting one whose end is known but not yet emitted
-        (a pending end, or an optimizer cycle under way)."""
+        (a pending end, or an optimizer cycle under way). Steps held back (see the
+        docstring) are not counted until they are known to be steps: the doctor never
+        takes a count back."""
+        if self.level < END_BACKWARD and self.pre_train is not None:
+            return self.index - len(self.pre_train)
+        if self.level == END_BACKWARD and self.held is not None:
+            return self.index - len(self.held)
         open_step = self.pending_end is not None or (self.level == END_OPTIMIZER and self.cycle)
         return self.index + (1 if open_step else 0)
 
@@ -153,10 +181,16 @@ class StepClock:
             self.detail,
         )
         held = self.held
+        pre_train = self.pre_train
         if held is not None and self.level == END_BACKWARD:
             held.append(row)
             if len(held) > PROVISIONAL_STEPS:
                 self._release()
+        elif pre_train is not None and self.level < END_BACKWARD:
+            pre_train.append(row)
+            first = pre_train[0]
+            if len(pre_train) > PRE_TRAIN_ROWS or t_end - first[1] + first[2] > PRE_TRAIN_HOLD_NS:
+                self._release_pre_train()
         elif len(self.out) < MAX_BUFFERED_STEPS:
             self.out.append(row)
         else:
@@ -170,10 +204,28 @@ class StepClock:
         self._emit(t_end, self._parts())
         self._zero()
 
+    def _release_pre_train(self) -> None:
+        """The held-back forward or batch steps were steps after all: inference."""
+        held, self.pre_train = self.pre_train or [], None
+        self._out(held)
+
+    def _drop_pre_train(self) -> None:
+        """The first backward: the held-back forward or batch steps were an evaluation
+        before the first training step. No steps: their time is evaluation's."""
+        held, self.pre_train = self.pre_train or [], None
+        if not held:
+            return
+        self.index -= len(held)
+        self.eval_ns += sum(r[2] for r in held)
+        self.eval_forwards += sum(r[8] for r in held)
+
     def _release(self) -> None:
         """The held-back backward() steps were steps after all."""
         held, self.held = self.held or [], None
-        for row in held:
+        self._out(held)
+
+    def _out(self, rows: list[tuple[int, ...]]) -> None:
+        for row in rows:
             if len(self.out) < MAX_BUFFERED_STEPS:
                 self.out.append(row)
             else:
@@ -205,6 +257,7 @@ class StepClock:
             self._emit(self.last_opt_end, self.before_last_opt)
             self.cycle = []
         self._release()
+        self._release_pre_train()
 
     # -- events from the hooks ------------------------------------------------------------
 
@@ -230,8 +283,10 @@ class StepClock:
         """A root module's call starts (`root`: which module)."""
         # A pending end is the step's end when a new step starts here: after a backward
         # (no optimizer), or at a root this step has called already. With a DataLoader
-        # the next batch decides instead.
-        if self.pending_end is not None and self.level != END_LOADER:
+        # the next batch decides instead. Inside an optimizer's step (a closure) no step ends.
+        if self.nested_at_opt_start >= 0:
+            pass
+        elif self.pending_end is not None and self.level != END_LOADER:
             if self.level >= END_BACKWARD or root in self.step_roots:
                 self._emit_current(self.pending_end)
             self.pending_end = None
@@ -239,7 +294,8 @@ class StepClock:
         if self.last_end is None:
             self.last_end = t
         if self.outside_open:
-            self.outside = t - self.last_end
+            self.outside = max(0, t - self.last_end - self.housekeeping_ns)
+            self.housekeeping_ns = 0
             self.outside_open = False
 
     def forward_end(self, t0: int, t1: int) -> None:
@@ -251,6 +307,11 @@ class StepClock:
             self.pending_end = t1
 
     def backward_done(self, t0: int, t1: int) -> None:
+        if self.pre_train is not None and self.level < END_BACKWARD:
+            self._drop_pre_train()
+        if self.nested_at_opt_start >= 0:  # a closure's, inside an optimizer's step
+            self.backward += t1 - t0
+            return
         if self.pending_end is not None:
             if self.level >= END_BACKWARD:  # no model call since the step ended
                 self._emit_current(self.pending_end)  # (tensor code with no nn.Module)
@@ -261,6 +322,19 @@ class StepClock:
         if self.level <= END_BACKWARD:
             self.level = END_BACKWARD
             self.pending_end = t1
+
+    def evaluated(self, t0: int, t1: int) -> None:
+        """A root module ran an evaluation forward from t0 to t1 (see the docstring)."""
+        self.eval_ns += t1 - t0
+        self.eval_forwards += 1
+        if self.outside_open or self.pending_end is not None:  # between two steps
+            self.housekeeping_ns += t1 - t0
+
+    def housekeeping(self, t0: int, t1: int) -> None:
+        """The step's bookkeeping ran from t0 to t1 (see the docstring): between two
+        steps, it is not the time outside the model that input code takes."""
+        if self.outside_open or (self.pending_end is not None and self.level >= END_BACKWARD):
+            self.housekeeping_ns += t1 - t0
 
     def optimizer_start(self) -> None:
         """An optimizer's step() begins: what its closure runs (L-BFGS: forward and
@@ -318,6 +392,7 @@ class StepClock:
         optimizer hook, the cheapest place there is); the step after them is detailed."""
         for t in ends:
             self._emit_current(t)
+        self.housekeeping_ns = 0
         self.next_detail = 1
         self.detail = 1
 

@@ -234,7 +234,9 @@ class RootCall(ClassPatch):
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
         hooks = self.hooks
-        if obj is None or hooks.depth or not hooks.agent.detail:
+        # on a step only counted, a call with gradients off may be an evaluation
+        # (ModelHooks._wanted): the one call there that is timed
+        if obj is None or hooks.depth or (not hooks.agent.detail and hooks.grad_enabled()):
             if self.own is not None:
                 return self.own.__get__(obj, objtype)
             target: Any = objtype if obj is None else obj

@@ -24,6 +24,7 @@ import weakref
 from typing import Any
 
 from .agent import Agent
+from .clock import END_BACKWARD
 from .invisible import ClassPatch, RootCall, drop_own_frame, tracing_checks, unseen
 
 # The probe's key in torch's global registration tables (handles count up from 0).
@@ -54,6 +55,9 @@ class ModelHooks:
         self.verdicts: dict[int, tuple[Any, bool]] = {}
         self.described: set[int] = set()
         self.depth = 0
+        self.evaluating = False  # the root call under way is an evaluation (clock.py)
+        # roots called with gradients on: the models the job trains (ids; bounded)
+        self.trained: set[int] = set()
         self.device_type = "cpu"
         self.forwards = 0
         self.forwards_with_grad = 0
@@ -62,6 +66,7 @@ class ModelHooks:
         self.last_shape: Any = None
         self.root_names: list[str] = []
         self.timed = self._make_timed()
+        self.grad_enabled = torch.is_grad_enabled  # read by RootCall on counted steps
 
         from torch.nn.modules import module as mod
 
@@ -141,8 +146,14 @@ class ModelHooks:
         """A call to time: at depth 0, on a step measured in detail, of a module with
         parameters (a model, not a parameter-free transform the loop calls)."""
         agent = self.agent
-        if self.depth or not agent.detail or not agent.active or not self.enabled:
+        if self.depth or not agent.active or not self.enabled:
             return False
+        if not agent.detail:  # a counted step: only an evaluation is timed (clock.py)
+            return (
+                not self.torch.is_grad_enabled()
+                and id(module) in self.trained
+                and agent.clock.level >= END_BACKWARD
+            )
         verdict = self.verdicts.get(id(module))
         if verdict is None or verdict[0]() is not module:
             try:
@@ -177,11 +188,20 @@ class ModelHooks:
         t = now()
         try:
             agent = self.agent
-            agent.clock.forward_start(t, id(module))
-            self.forwards += 1
             torch = self.torch
-            if not agent.backwards and torch.is_grad_enabled():  # matters until a backward
-                self.forwards_with_grad += 1
+            clock = agent.clock
+            key = id(module)
+            if torch.is_grad_enabled():
+                self.evaluating = False
+                if key not in self.trained and len(self.trained) < 64:
+                    self.trained.add(key)
+                if not agent.backwards:  # matters until a backward
+                    self.forwards_with_grad += 1
+            else:  # a model the job trains, called without gradients once it trains
+                self.evaluating = key in self.trained and clock.level >= END_BACKWARD
+            if not self.evaluating:
+                clock.forward_start(t, key)
+            self.forwards += 1
             if not self.autocast_seen and torch.is_autocast_enabled(self.device_type):
                 self.autocast_seen = True
             if args:
@@ -203,6 +223,9 @@ class ModelHooks:
     def _leave(self, t0: int) -> None:
         self.depth = 0
         try:
+            if self.evaluating:
+                self.agent.clock.evaluated(t0, now())
+                return
             self.agent.clock.forward_end(t0, now())
             self.agent.note_steps()
         except Exception as exc:
@@ -250,12 +273,17 @@ class ModelHooks:
         return {
             "forwards": self.forwards,
             "forwards_with_grad": self.forwards_with_grad,
+            # evaluation (clock.py), on the steps measured in detail
+            "evaluation_ns": self.agent.clock.eval_ns,
+            "evaluation_forwards": self.agent.clock.eval_forwards,
             "autocast_seen": self.autocast_seen,
             "input_shapes": sorted(list(s) for s in self.shapes),
         }
 
     def after_fork(self) -> None:
         self.depth = 0
+        self.evaluating = False
+        self.trained.clear()
         self.forwards = self.forwards_with_grad = 0
         self.described.clear()
 

@@ -87,6 +87,8 @@ class OptimizerHooks:
             try:
                 result = hooked(*args, **kwargs)
             except BaseException as exc:
+                if detail:
+                    clock.nested_at_opt_start = -1  # no step ended in there
                 drop_own_frame(exc)
                 raise
             try:
@@ -104,9 +106,11 @@ class OptimizerHooks:
                     agent.countdown -= 1
                     if agent.countdown <= 0 or t >= agent.deadline:
                         agent.end_counting()
+                        clock.housekeeping(t, now())  # the probe's switch, not input
                 else:
                     self.cycle_changed(args[0])
             except Exception as exc:
+                clock.nested_at_opt_start = -1  # never left inside an optimizer's step
                 agent.error("optimizer", exc, self)
             return result
 
@@ -163,6 +167,7 @@ class OptimizerHooks:
         agent.note_steps()
         if agent.flusher is None:
             agent.touch()
+        clock.housekeeping(t1, now())  # the probe's own work here is not the job's input
 
     def facts(self) -> dict[str, Any]:
         return {}
@@ -178,4 +183,5 @@ class OptimizerHooks:
         wrapped already pass straight through."""
         self.enabled = False
         self.closer_ref = None
+        self.clock.nested_at_opt_start = -1
         self.owner.profile_hook_step = self.original

@@ -55,6 +55,8 @@ AUDIT_KEYS = (
     "cudnn_benchmark",
     "forwards",
     "forwards_with_grad",
+    "evaluation_forwards",
+    "evaluation_ns",
     "autocast_seen",
     "backwards",
     "optimizer_steps",

@@ -1,0 +1,185 @@
+"""The step's bookkeeping between two steps, timed so that it is not taken for input:
+`zero_grad` (an optimizer's or a module's), gradient clipping, a `no_grad` block (a
+hand-written parameter update, a loss estimate), an LR scheduler's step, `torch.save`.
+The clock takes their time out of the time outside the model (clock.py,
+`housekeeping`); DESIGN.md section 3: the update, logging and `.item()` after backward
+are never data wait.
+
+On steps measured in detail only. The methods are ClassPatches (invisible.py), there
+for those steps and gone for the others; the two functions of `torch.nn.utils` are
+module attributes of torch, like `torch.autograd.backward` (autograd.py), wrappers with
+the originals' names and signatures that pass straight through on other steps. A call
+inside another one (clipping inside a `no_grad` block) is part of the outer one.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from typing import Any
+
+from .agent import Agent
+from .invisible import TRAINING_THREAD, ClassPatch, drop_own_frame, tracing_checks, unseen
+
+now = time.monotonic_ns
+
+
+class HousekeepingHooks:
+    name = "housekeeping"
+
+    def __init__(self, agent: Agent, torch: Any) -> None:
+        self.agent = agent
+        self.enabled = True
+        self.depth = 0
+        self.started = 0
+        clock = agent.clock
+        busy = tracing_checks(torch)
+        self.patches: list[ClassPatch] = []
+        targets: list[tuple[type, str]] = [
+            (torch.optim.Optimizer, "zero_grad"),
+            (torch.nn.Module, "zero_grad"),
+        ]
+        scheduler = getattr(torch.optim.lr_scheduler, "LRScheduler", None)
+        if isinstance(scheduler, type) and "step" in scheduler.__dict__:
+            targets.append((scheduler, "step"))
+        for owner, name in targets:
+            patch = ClassPatch(
+                owner, name, unseen(self._timed_method(owner, name)), self.wanted, busy
+            )
+            self.patches.append(patch)
+        grad_mode = torch.autograd.grad_mode
+        self.patches.append(
+            ClassPatch(grad_mode.no_grad, "__enter__", unseen(self._enter), self.wanted, busy)
+        )
+        self.patches.append(
+            ClassPatch(grad_mode.no_grad, "__exit__", unseen(self._exit), self.wanted, busy)
+        )
+        self.functions: list[tuple[Any, str, Any, Any]] = []
+        utils = torch.nn.utils
+        for name in ("clip_grad_norm_", "clip_grad_value_"):
+            original = getattr(utils, name, None)
+            if callable(original):
+                wrapper = self._timed_function(original, busy)
+                self.functions.append((utils, name, original, wrapper))
+                setattr(utils, name, wrapper)
+        save = torch.save
+        self.functions.append((torch, "save", save, self._timed_function(save, busy)))
+        torch.save = self.functions[-1][3]
+        self.clock = clock
+        self.on()
+        agent.detail_parts.append((self.on, self.off))
+
+    def wanted(self, obj: Any) -> bool:
+        agent = self.agent
+        return self.enabled and agent.active and agent.detail
+
+    # -- the wrappers ----------------------------------------------------------------------
+
+    def _begin(self) -> int:
+        self.depth += 1
+        return now() if self.depth == 1 else 0
+
+    def _end(self, t0: int) -> None:
+        self.depth = max(0, self.depth - 1)
+        if not self.depth and t0:
+            try:
+                self.clock.housekeeping(t0, now())
+            except Exception as exc:
+                self.agent.error("housekeeping", exc, self)
+
+    def _timed_method(self, owner: type, name: str) -> Any:
+        patches = self.patches
+        index = len(patches)
+        begin, end = self._begin, self._end
+
+        def timed(obj: Any, *args: Any, **kwargs: Any) -> Any:
+            call = patches[index].original(obj, type(obj))
+            t0 = begin()
+            try:
+                return call(*args, **kwargs)
+            except BaseException as exc:
+                drop_own_frame(exc)
+                raise
+            finally:
+                end(t0)
+
+        timed.__name__ = name
+        timed.__qualname__ = f"{owner.__name__}.{name}"
+        return timed
+
+    def _enter(self, ctx: Any) -> Any:
+        t0 = self._begin()
+        if self.depth == 1:
+            self.started = t0
+        try:
+            return self.patches[-2].original(ctx, type(ctx))()
+        except BaseException as exc:
+            self.depth = max(0, self.depth - 1)
+            drop_own_frame(exc)
+            raise
+
+    def _exit(self, ctx: Any, *exc_info: Any) -> Any:
+        try:
+            return self.patches[-1].original(ctx, type(ctx))(*exc_info)
+        except BaseException as exc:
+            drop_own_frame(exc)
+            raise
+        finally:
+            t0, self.started = (self.started, 0) if self.depth == 1 else (0, self.started)
+            self._end(t0)
+
+    def _timed_function(self, original: Any, busy: Any) -> Any:
+        agent = self.agent
+        thread = TRAINING_THREAD
+        import threading
+
+        get_ident = threading.get_ident
+        begin, end = self._begin, self._end
+
+        @functools.wraps(original)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if (
+                not (agent.detail and agent.active and self.enabled)
+                or get_ident() != thread[0]
+                or busy()
+            ):
+                try:
+                    return original(*args, **kwargs)
+                except BaseException as exc:
+                    drop_own_frame(exc)
+                    raise
+            t0 = begin()
+            try:
+                return original(*args, **kwargs)
+            except BaseException as exc:
+                drop_own_frame(exc)
+                raise
+            finally:
+                end(t0)
+
+        return unseen(wrapper)
+
+    # -- the group's life -------------------------------------------------------------------
+
+    def on(self) -> None:
+        if self.enabled:
+            for patch in self.patches:
+                patch.install()
+
+    def off(self) -> None:
+        for patch in self.patches:
+            patch.remove()
+
+    def facts(self) -> dict[str, Any]:
+        return {}
+
+    def after_fork(self) -> None:
+        self.depth = 0
+        self.started = 0
+
+    def disable(self) -> None:
+        self.enabled = False
+        self.off()
+        for owner, name, original, wrapper in self.functions:
+            if getattr(owner, name, None) is wrapper:
+                setattr(owner, name, original)
