@@ -335,6 +335,7 @@ class Timeline:
             ends=dict(self.ends) if until_ns is None else {},
             job_pids=frozenset(job_pids),
             start_mono_ns=self.start_mono_ns,
+            end_mono_ns=self.end_ns() if until_ns is None else until_ns,
             stacks=stacks,
             hotspot_chunks=lines,
             rollup=rollup,

@@ -16,6 +16,15 @@ def ms_text(ms: float) -> str:
     return f"{ms:.1f} ms"
 
 
+def seconds_text(seconds: float) -> str:
+    """`12.3 s`, `4 min 05 s`, `2 h 03 min`: a stretch of a run's wall time."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
+    return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
+
+
 def flop_text(flops: float) -> str:
     """`35.5 MFLOP`, `1.2 TFLOP`: three digits and the unit."""
     for unit, scale in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6)):

@@ -45,7 +45,7 @@ def test_every_design_finding_has_a_rule() -> None:
         "input-bound", "slow-storage", "cpu-saturated", "host-sync", "pageable-copies",
         "low-gpu-util", "small-batch", "no-mixed-precision", "out-of-memory", "memory-pressure",
         "not-compiled", "cudnn-benchmark-off", "grad-in-inference", "data-parallel",
-        "gpu-throttled", "straggler", "comm-bound", "noisy-neighbour",
+        "gpu-throttled", "straggler", "comm-bound", "noisy-neighbour", "low-goodput",
     }  # fmt: skip
     assert set(SIGNALS) == set(FINDING_IDS)
 
@@ -87,7 +87,50 @@ SIGNALS = {
     "straggler": lambda: ddp_window(slow_host_ms=12.0),
     "comm-bound": lambda: ddp_window(shared_comm_ms=10.0),
     "noisy-neighbour": lambda: window(host=host(run_delay=0.4, others_cores=1.0)),
+    "low-goodput": lambda: ledger_window(evaluation_s=30.0, checkpoint_s=5.0),
 }
+
+S = 10**9
+
+
+def ledger_window(
+    evaluation_s: float = 0.0, checkpoint_s: float = 0.0, wall_s: float = 100.0
+) -> Window:
+    """A run of `wall_s` from its start (0), its first step at 10 s and its last ending
+    at 98 s, with this much evaluation and checkpointing between its steps."""
+    parts = {
+        "first_step_start": 10 * S, "last_step_end": 98 * S, "evaluation": int(evaluation_s * S),
+        "evaluation_before": 0, "checkpoint": int(checkpoint_s * S), "checkpoints": 12,
+    }  # fmt: skip
+    facts = {"ledger_ns": parts, "evaluation_forwards": 4000}
+    return window(facts=facts, start_mono_ns=0, end_mono_ns=int(wall_s * S))
+
+
+def test_the_ledger_adds_up_and_low_goodput_names_the_largest_other_part() -> None:
+    from gpudoctor.diagnosis.rules import low_goodput
+
+    w = ledger_window(evaluation_s=40.0, checkpoint_s=5.0)
+    ledger = w.ledger
+    assert ledger is not None
+    total = (ledger.startup_s + ledger.training_s + ledger.evaluation_s + ledger.checkpoint_s
+             + ledger.other_host_s)  # fmt: skip
+    assert abs(total - ledger.wall_s) < 1e-9
+    assert (ledger.startup_s, ledger.training_s, ledger.other_host_s) == (10.0, 43.0, 2.0)
+    finding = low_goodput.evaluate(w)
+    assert finding is not None and finding.severity == "medium"  # 43 of 90 s: 48%
+    assert finding.remedies == ("evaluate-less", "checkpoint-less")
+    assert "evaluation 44% (40.0 s, 4000 forwards)" in finding.evidence
+    # a run that trains most of its time after start-up: nothing
+    assert low_goodput.evaluate(ledger_window(evaluation_s=5.0)) is None
+    # checkpoints the largest part: their remedy first
+    heavy = low_goodput.evaluate(ledger_window(evaluation_s=6.0, checkpoint_s=30.0))
+    assert heavy is not None and heavy.remedies == ("checkpoint-less", "evaluate-less")
+    # too short a run after start-up to say
+    short = ledger_window(evaluation_s=2.0, checkpoint_s=2.0, wall_s=15.0)
+    assert low_goodput.evaluate(short) is None
+    # no ledger (an older probe, a watch): nothing
+    assert low_goodput.evaluate(window()) is None
+
 
 BURNER = OtherProcess(
     pid=8261, name="python3", user="alice", command="python3 burn.py", cpu_cores=0.98

@@ -13,6 +13,7 @@ from gpudoctor.diagnosis.rules import (
     grad_in_inference,
     host_sync,
     input_bound,
+    low_goodput,
     low_gpu_util,
     memory_pressure,
     no_mixed_precision,
@@ -47,6 +48,7 @@ RULES = (
     gpu_throttled,
     straggler,
     comm_bound,
+    low_goodput,
 )
 
 FINDING_IDS = tuple(rule.ID for rule in RULES)

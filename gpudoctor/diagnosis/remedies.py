@@ -298,6 +298,46 @@ CATALOGUE: dict[str, Remedy] = {
             "with torch.no_grad():\n    out = model(x)",
         ),
         _r(
+            "evaluate-less",
+            "no-grad",
+            ("Evaluate less often, on fewer batches", "减少评估的频率和批次数"),
+            (
+                "Evaluation passes take wall time that trains nothing. Evaluate every few "
+                "hundred or thousand steps instead of every few, on a fixed sample of the "
+                "validation set rather than all of it, and always under torch.no_grad() "
+                "(or torch.inference_mode()).",
+                "评估不训练模型，却占用墙钟时间。把评估间隔拉长到数百或数千步一次，"
+                "只用验证集的一个固定子集，并始终在 torch.no_grad()（或 "
+                "torch.inference_mode()）下运行。",
+            ),
+            "if step % eval_interval == 0:  # e.g. every 1000 steps\n"
+            "    with torch.no_grad():\n"
+            "        val_loss = evaluate(model, val_batches[:eval_iters])",
+            flags=("--eval-interval", "--eval_interval", "--eval-every", "--eval_steps"),
+        ),
+        _r(
+            "checkpoint-less",
+            "profile",
+            (
+                "Save checkpoints less often, or off the training thread",
+                "降低保存检查点的频率，或在后台线程保存",
+            ),
+            (
+                "Each torch.save stops training while the model and optimizer state are "
+                "written. Save every N minutes rather than every few steps, keep only the "
+                "latest, or write asynchronously (torch.distributed.checkpoint.async_save, "
+                "or a copy to CPU handed to a background thread).",
+                "每次 torch.save 都会在写出模型和优化器状态时让训练停下来。"
+                "改为每隔若干分钟保存一次而不是每几步一次，只保留最新的检查点，"
+                "或异步写出（torch.distributed.checkpoint.async_save，"
+                "或把拷贝到 CPU 的状态交给后台线程）。",
+            ),
+            "if time.monotonic() - last_save > 600:  # every 10 minutes\n"
+            "    torch.save(state, 'ckpt.pt')\n"
+            "    last_save = time.monotonic()",
+            flags=("--save-interval", "--save_interval", "--save-every", "--save_steps"),
+        ),
+        _r(
             "ddp-no-sync",
             "grad-accum",
             (

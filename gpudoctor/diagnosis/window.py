@@ -13,6 +13,7 @@ from itertools import compress
 from typing import TYPE_CHECKING, Any
 
 from gpudoctor.diagnosis.hotspots import Hotspots, hotspots
+from gpudoctor.diagnosis.ledger import Ledger, ledger
 from gpudoctor.diagnosis.rollup import StepRollup
 from gpudoctor.i18n import _, ngettext
 from gpudoctor.model import (
@@ -150,6 +151,7 @@ class Window:
     ends: dict[int, dict[str, Any]] = field(default_factory=dict)
     job_pids: frozenset[int] = frozenset()
     start_mono_ns: int = 0
+    end_mono_ns: int = 0  # the run's end, or its newest reading while it runs
     stacks: tuple[StackChunk, ...] = ()  # watch mode: py-spy's samples of the main thread
     # py-spy's samples by the line of the user's code (diagnosis/hotspots.py)
     hotspot_chunks: tuple[HotspotChunk, ...] = ()
@@ -298,6 +300,14 @@ class Window:
         if not batches or len(batches) != len(detailed) or not self.steps_per_s:
             return None
         return statistics.fmean(batches) * self.steps_per_s
+
+    @cached_property
+    def ledger(self) -> Ledger | None:
+        """Where the run's wall time went (diagnosis/ledger.py); None before its first
+        step, or in watch mode."""
+        if self.estimated:
+            return None
+        return ledger(self.facts, self.start_mono_ns, self.end_mono_ns)
 
     @cached_property
     def uses_dataloader(self) -> bool:

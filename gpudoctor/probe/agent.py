@@ -213,6 +213,10 @@ class Agent:
                 self.error(f"{group.name}-facts", exc)
         self.fact("optimizer_steps", self.optimizer_steps)
         self.fact("step_mode", END_NAMES[self.clock.level])
+        ends = self.counted_ends  # the training thread may swap it for a new list
+        ledger = self.clock.ledger(ends[-1] if ends else None)
+        if ledger is not None:
+            self.fact("ledger_ns", ledger)
         values = self.page.values
         # Rows go a message at a time, taken as they go: when the doctor's queue is full
         # (it is stalled), one message's rows go back and the rest never moved, so a

@@ -93,6 +93,12 @@ class StepClock:
         # evaluation (see the docstring), over the whole run: time and forwards
         self.eval_ns = 0
         self.eval_forwards = 0
+        self.eval_before_ns = 0  # of it, before the first step (in the start-up's time)
+        # checkpoints (torch.save) over the whole run: time and count
+        self.save_ns = 0
+        self.saves = 0
+        # when the first step that is surely one began (the wall-time ledger)
+        self.first_start: int | None = None
         # the step's bookkeeping since its end, not yet taken out of the time outside
         self.housekeeping_ns = 0
         self.detail = 1  # the step being measured now is measured in detail
@@ -191,10 +197,8 @@ class StepClock:
             first = pre_train[0]
             if len(pre_train) > PRE_TRAIN_ROWS or t_end - first[1] + first[2] > PRE_TRAIN_HOLD_NS:
                 self._release_pre_train()
-        elif len(self.out) < MAX_BUFFERED_STEPS:
-            self.out.append(row)
         else:
-            self.dropped += 1
+            self._out([row])
         self.index += 1
         self.last_end = t_end
         self.detail = self.next_detail
@@ -216,6 +220,7 @@ class StepClock:
         if not held:
             return
         self.index -= len(held)
+        self.eval_before_ns += sum(r[2] for r in held)
         self.eval_ns += sum(r[2] for r in held)
         self.eval_forwards += sum(r[8] for r in held)
 
@@ -225,6 +230,8 @@ class StepClock:
         self._out(held)
 
     def _out(self, rows: list[tuple[int, ...]]) -> None:
+        if rows and self.first_start is None:
+            self.first_start = rows[0][1] - rows[0][2]
         for row in rows:
             if len(self.out) < MAX_BUFFERED_STEPS:
                 self.out.append(row)
@@ -335,6 +342,27 @@ class StepClock:
         steps, it is not the time outside the model that input code takes."""
         if self.outside_open or (self.pending_end is not None and self.level >= END_BACKWARD):
             self.housekeeping_ns += t1 - t0
+
+    def saved(self, t0: int, t1: int) -> None:
+        """A checkpoint (torch.save) from t0 to t1: the ledger's, and bookkeeping."""
+        self.save_ns += t1 - t0
+        self.saves += 1
+        self.housekeeping(t0, t1)
+
+    def ledger(self, last_end: int | None) -> dict[str, int] | None:
+        """The wall-time ledger's parts the probe knows (ns, monotonic clock): the first
+        step's start, the last step's end (`last_end`: counted steps end later than the
+        clock has heard), evaluation and checkpoints. None before the first step."""
+        if self.first_start is None:
+            return None
+        return {
+            "first_step_start": self.first_start,
+            "last_step_end": max(last_end or 0, self.last_end or 0),
+            "evaluation": self.eval_ns,
+            "evaluation_before": self.eval_before_ns,
+            "checkpoint": self.save_ns,
+            "checkpoints": self.saves,
+        }
 
     def optimizer_start(self) -> None:
         """An optimizer's step() begins: what its closure runs (L-BFGS: forward and

@@ -15,6 +15,7 @@ inside another one (clipping inside a `no_grad` block) is part of the outer one.
 from __future__ import annotations
 
 import functools
+import threading
 import time
 from typing import Any
 
@@ -62,8 +63,8 @@ class HousekeepingHooks:
                 wrapper = self._timed_function(original, busy)
                 self.functions.append((utils, name, original, wrapper))
                 setattr(utils, name, wrapper)
-        save = torch.save
-        self.functions.append((torch, "save", save, self._timed_function(save, busy)))
+        save = torch.save  # timed on every step: a checkpoint is the ledger's (clock.py)
+        self.functions.append((torch, "save", save, self._timed_function(save, busy, True)))
         torch.save = self.functions[-1][3]
         self.clock = clock
         self.on()
@@ -128,18 +129,19 @@ class HousekeepingHooks:
             t0, self.started = (self.started, 0) if self.depth == 1 else (0, self.started)
             self._end(t0)
 
-    def _timed_function(self, original: Any, busy: Any) -> Any:
+    def _timed_function(self, original: Any, busy: Any, save: bool = False) -> Any:
+        """`original` timed on steps measured in detail (`save`: on every step, and told
+        to the clock as a checkpoint)."""
         agent = self.agent
         thread = TRAINING_THREAD
-        import threading
-
         get_ident = threading.get_ident
         begin, end = self._begin, self._end
+        clock = agent.clock
 
         @functools.wraps(original)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if (
-                not (agent.detail and agent.active and self.enabled)
+                not ((agent.detail or save) and agent.active and self.enabled)
                 or get_ident() != thread[0]
                 or busy()
             ):
@@ -148,14 +150,20 @@ class HousekeepingHooks:
                 except BaseException as exc:
                     drop_own_frame(exc)
                     raise
-            t0 = begin()
+            t0 = now() if save else begin()
             try:
                 return original(*args, **kwargs)
             except BaseException as exc:
                 drop_own_frame(exc)
                 raise
             finally:
-                end(t0)
+                if not save:
+                    end(t0)
+                else:
+                    try:
+                        clock.saved(t0, now())
+                    except Exception as exc:
+                        agent.error("checkpoint", exc, self)
 
         return unseen(wrapper)
 

@@ -134,6 +134,7 @@ def build(timeline: Timeline, session_id: int | None, lang: str = "en") -> Repor
         hotspots=_hotspots(window),
         hotspot_samples=window.hotspots.main_samples if window.hotspots else 0,
         speed_of_light=_speed_of_light(window),
+        ledger=window.ledger.to_dict() if window.ledger is not None else None,
     )
 
 

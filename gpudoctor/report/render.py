@@ -15,7 +15,7 @@ from gpudoctor.prescribe.trial import Comparison, TrialResult
 from gpudoctor.prescribe.visit import FixResult, FixStep
 from gpudoctor.redact import redact_argv, redact_text
 from gpudoctor.report.values import SCHEMA, HotspotLine, Json, Profile, Report, StepMeasures
-from gpudoctor.units import cell_width, flop_text, ms_text, pad, rate_text
+from gpudoctor.units import cell_width, flop_text, ms_text, pad, rate_text, seconds_text
 
 SUMMARY_OPERATORS = 8  # profile rows in the printed summary (all in Markdown)
 SIDE_COLUMNS = 9  # a trial's two sides, named in a column ("baseline", "treatment")
@@ -81,6 +81,8 @@ def summary(report: Report) -> str:
             line += _(", {rate:.1f} samples/s").format(rate=s.samples_per_s)
         line += _(", data wait {wait:.0%}").format(wait=s.data_wait_fraction)
         lines.append(line)
+    if report.ledger is not None:
+        lines.append("  " + ledger_words(report.ledger))
     lines.append(f"  GPU: {report.gpu_status}")
     if report.speed_of_light is not None:
         lines += [f"  {line}" for line in speed_words(report.speed_of_light)]
@@ -120,6 +122,28 @@ def predicted_words(p: Mapping[str, Json]) -> str:
     span = Prediction(float(p["low"]), float(p["high"]), str(p["basis"])).words()
     return _("predicted with {remedy}: {span} ({basis})").format(
         remedy=p["remedy"], span=span, basis=p["basis"]
+    )
+
+
+def ledger_words(ledger: Mapping[str, Json]) -> str:
+    """The wall-time ledger in one line: where the run's time went."""
+    wall = float(ledger.get("wall_s") or 0.0)
+
+    def part(key: str) -> str:
+        seconds = float(ledger.get(key) or 0.0)
+        share = seconds / wall if wall > 0 else 0.0
+        return f"{seconds_text(seconds)} ({share:.0%})"
+
+    return _(
+        "wall time {wall}: start-up {startup}, training {training}, evaluation "
+        "{evaluation}, checkpoints {checkpoint}, other host work {other}"
+    ).format(
+        wall=seconds_text(wall),
+        startup=part("startup_s"),
+        training=part("training_s"),
+        evaluation=part("evaluation_s"),
+        checkpoint=part("checkpoint_s"),
+        other=part("other_host_s"),
     )
 
 
@@ -189,6 +213,8 @@ def markdown(report: Report) -> str:
         )
     if report.speed_of_light is not None:
         lines += [f"- {line}" for line in speed_words(report.speed_of_light)]
+    if report.ledger is not None:
+        lines.append("- " + ledger_words(report.ledger))
     h = report.host
     if h is not None:
         lines.append(

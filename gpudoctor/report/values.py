@@ -377,6 +377,8 @@ class Report:
     hotspot_samples: int = 0  # the main thread's samples behind them
     # how fast the job could be (diagnosis/speed_of_light.py); None: FLOPs not counted
     speed_of_light: Mapping[str, Json] | None = None
+    # where the wall time went (diagnosis/ledger.py); None before the first step
+    ledger: Mapping[str, Json] | None = None
 
     @property
     def watched(self) -> bool:
@@ -419,6 +421,7 @@ class Report:
                 if self.speed_of_light is not None
                 else {}
             ),
+            **({"ledger": dict(self.ledger)} if self.ledger is not None else {}),
         }
 
     def to_json(self) -> str:
