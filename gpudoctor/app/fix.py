@@ -108,10 +108,11 @@ def fix(
     kept: list[str] = []
     tried: set[str] = set()
     edits: dict[str, str] = {}
+    refused: dict[str, str] = {}  # remedies a rerun cannot apply, and why
     steps: list[FixStep] = []
     stopped_by = "no remedy left"
     while True:
-        candidates = _candidates(timeline, argv, facts, cores, kept, tried, edits)
+        candidates = _candidates(timeline, argv, facts, cores, kept, tried, edits, refused)
         if not candidates:
             break
         prediction, remedy, finding, treatment = candidates[0]
@@ -171,6 +172,8 @@ def fix(
             current = treatment
             base_arms = treat_arms
             timeline = last.timeline
+    if not steps and stopped_by == "no remedy left":  # say why nothing was tried
+        progress(why_nothing_tried(first_job.timeline, edits, refused))
     overall = Comparison.of(first_arms, base_arms) if kept else None
     diff = None
     loader_settings = current.overrides.get("dataloader")
@@ -197,6 +200,7 @@ def _candidates(
     kept: list[str],
     tried: set[str],
     edits: dict[str, str],
+    refused: dict[str, str],
 ) -> list[tuple[Prediction, str, Finding, Treatment]]:
     """The remedies the current configuration's findings offer that can be applied on a
     rerun, best predicted first; those that need an edit go to `edits` (a remedy that
@@ -213,10 +217,25 @@ def _candidates(
             except NotApplicable as exc:
                 if "by hand" in str(exc):  # an edit (not: "already runs 2 workers")
                     edits.setdefault(remedy, str(exc))
+                else:
+                    refused.setdefault(remedy, str(exc))
                 continue
             out.append((predict(remedy, finding, w, cores), remedy, finding, treatment))
     out.sort(key=lambda c: -c[0].point)
     return out
+
+
+def why_nothing_tried(timeline: Timeline, edits: dict[str, str], refused: dict[str, str]) -> str:
+    """Why `fix` tried no remedy: the first run found nothing to act on, or each remedy
+    its findings offer cannot be applied on a rerun (said one by one)."""
+    findings = [f for f in diagnose(timeline.window()) if f.remedies]
+    if not findings:
+        return _("nothing tried: the first run found nothing a remedy could act on")
+    reasons = [f"{remedy}: {why}" for remedy, why in {**refused, **edits}.items()]
+    return _("nothing tried: no remedy of {findings} can be applied on a rerun ({why})").format(
+        findings=", ".join(f.id for f in findings),
+        why="; ".join(reasons) or _("none offered"),
+    )
 
 
 def _shown(script: Path) -> str:

@@ -25,9 +25,16 @@ def script_flag(remedy_id: str, facts: dict[str, Any]) -> tuple[str, Any] | None
     return None
 
 
+def ranks_here(facts: dict[str, Any]) -> int:
+    """The job's ranks on this node: torchrun's LOCAL_WORLD_SIZE, else the world (one
+    node), else one."""
+    return max(1, int(facts.get("local_world_size") or facts.get("world_size") or 1))
+
+
 def suggested_workers(facts: dict[str, Any], cores_allowed: int) -> int:
-    world = int(facts.get("world_size") or 1)
-    return max(2, min(MAX_WORKERS, cores_allowed // max(world, 1)))
+    """Workers per rank: the cores each rank may use (2 at least where a rank has 2)."""
+    per_rank = cores_allowed // ranks_here(facts)
+    return max(min(2, per_rank), 1, min(MAX_WORKERS, per_rank))
 
 
 def suggested_value(remedy_id: str, facts: dict[str, Any], cores_allowed: int, current: Any) -> Any:

@@ -28,7 +28,7 @@ from gpudoctor.diagnosis.speed_of_light import speed_of_light
 from gpudoctor.diagnosis.window import Window
 from gpudoctor.i18n import _
 from gpudoctor.model import Finding
-from gpudoctor.prescribe.how import suggested_workers
+from gpudoctor.prescribe.how import ranks_here, suggested_workers
 
 HAND_OFF = 0.75  # a worker's speed against loading in line (see the docstring)
 
@@ -94,8 +94,26 @@ def _more_workers(w: Window, cores: int, workers: int) -> Prediction:
     raw = first.get("num_workers")
     current = raw if isinstance(raw, int) else 0
     now = max(1, current)  # none: the main process loads, one batch at a time
-    spare = max(1, cores - 1)
+    ranks = ranks_here(w.facts)
+    per_rank = cores / ranks
     high = step / max(compute, wait * now / workers)
+    if per_rank < 2:  # no core beside each rank's own: workers take the training's
+        low = min(high, HAND_OFF * per_rank / (1 + workers))
+        return Prediction(
+            low,
+            high,
+            _(
+                "{cores} cores allowed for {ranks} ranks, {current} workers -> {workers} "
+                "each: no core is free beside the ranks, so workers that need a core share "
+                "the training's and can slow it (each rank's main process gets 1 of "
+                "{share} shares while they load); at best the {wait:.1f} ms wait of a "
+                "{step:.1f} ms step overlapped"
+            ).format(
+                cores=cores, ranks=ranks, current=current, workers=workers,
+                share=1 + workers, wait=wait, step=step,
+            ),
+        )  # fmt: skip
+    spare = max(1, int(per_rank) - 1)
     low = min(high, step / max(compute, wait * now / (min(workers, spare) * HAND_OFF)))
     return Prediction(
         low,

@@ -160,6 +160,8 @@ def install_torch(agent: Agent, torch: Any) -> None:
     agent.fact("python", sys.executable)
     for key, value in launcher_ranks(os.environ).items():
         agent.fact(key, value)
+    if "LOCAL_WORLD_SIZE" in os.environ:  # torchrun: the ranks on this node
+        agent.fact("local_world_size", os.environ["LOCAL_WORLD_SIZE"])
     if "CUDA_VISIBLE_DEVICES" in os.environ:  # which GPUs `cuda:N` means (devices.py)
         agent.fact("cuda_visible_devices", os.environ["CUDA_VISIBLE_DEVICES"])
     if not FRAMES_DROPPED:

@@ -66,6 +66,7 @@ AUDIT_KEYS = (
     "rank",
     "local_rank",
     "world_size",
+    "local_world_size",
     "input_shapes",
     "script_options",
     "cuda_total_bytes",
