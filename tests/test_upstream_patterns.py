@@ -223,3 +223,17 @@ def test_the_count_is_the_scripts_own_and_nothing_else_is_input(
     assert "never reached the doctor" not in notes
     if name == "eval_first":  # 10 forwards before the first step, and 9 times after
         assert report["facts"]["evaluation_forwards"] >= 10
+
+
+def test_a_script_that_never_imports_torch_is_said_so(tmp_path: Path) -> None:
+    """Its parsed options reach the doctor, torch never does: not 'imported torch but
+    ran no training step'."""
+    path = tmp_path / "no_torch.py"
+    path.write_text(
+        "import argparse\np = argparse.ArgumentParser()\np.add_argument('--n', type=int, "
+        "default=3)\nargs = p.parse_args()\nprint(sum(range(args.n)))\n"
+    )
+    proc, report = run_job(tmp_path, path, "--n", "4", doctor_args=("--no-stacks",))
+    assert proc.returncode == 0 and proc.stdout == "6\n"
+    notes = " ".join(report["notes"])
+    assert "saw no torch" in notes and "ran no training step" not in notes

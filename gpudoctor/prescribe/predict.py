@@ -85,8 +85,8 @@ def predict(remedy: str, finding: Finding | None, w: Window, cores_allowed: int)
 
 
 def _more_workers(w: Window, cores: int, workers: int) -> Prediction:
-    steps = w.detailed_steps
-    step = statistics.median(s.wall_ns for s in steps) / 1e6
+    # the step and its wait as input-bound's evidence quotes them (one figure each)
+    step = w.step_median_ms or statistics.median(s.wall_ns for s in w.detailed_steps) / 1e6
     wait = step * w.data_wait_fraction
     compute = max(1e-6, step - wait)
     loaders = w.facts.get("dataloaders") or []
@@ -115,6 +115,14 @@ def _more_workers(w: Window, cores: int, workers: int) -> Prediction:
         )  # fmt: skip
     spare = max(1, int(per_rank) - 1)
     low = min(high, step / max(compute, wait * now / (min(workers, spare) * HAND_OFF)))
+    slower = (
+        _(
+            "; below 1x when {spare} loaders at {speed:.0%} speed load slower than the "
+            "{now} there are now"
+        ).format(spare=min(workers, spare), speed=HAND_OFF, now=now)
+        if low < 1.0
+        else ""
+    )
     return Prediction(
         low,
         high,
@@ -130,7 +138,8 @@ def _more_workers(w: Window, cores: int, workers: int) -> Prediction:
             wait=wait,
             spare=min(workers, spare),
             speed=HAND_OFF,
-        ),
+        )
+        + slower,
     )
 
 

@@ -437,7 +437,9 @@ def _notes(timeline: Timeline, w: Window) -> list[str]:
     if timeline.mode == "watch":
         return _watch_notes(timeline, w)
     notes = []
-    if not timeline.facts and not timeline.steps:
+    # a script's parsed options come without torch: only torch's own facts say it loaded
+    saw_torch = any("torch_version" in facts for facts in timeline.facts.values())
+    if not saw_torch and not timeline.steps:
         notes.append(
             _(
                 "The probe saw no torch in the job (it never imported torch, or ran Python with "
