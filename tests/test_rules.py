@@ -518,3 +518,19 @@ def test_comm_bound_when_every_rank_waits_in_the_collectives_together() -> None:
     assert comm_bound.evaluate(ddp_window()) is None  # balanced, little communication
     assert comm_bound.evaluate(ddp_window(slow_host_ms=12.0)) is None  # a straggler's wait
     assert straggler.evaluate(ddp_window(shared_comm_ms=10.0)) is None
+    assert finding.remedies == ("ddp-no-sync", "comm-hook-bf16", "ddp-buckets")  # size unknown
+
+
+def test_comm_bound_of_a_model_in_one_bucket_offers_fewer_all_reduces_only() -> None:
+    """A small model's gradients fit in one DDP bucket: a latency-bound all-reduce, which
+    a bf16 hook or other buckets cannot shorten (issue 39)."""
+    import dataclasses
+
+    small = ddp_window(shared_comm_ms=10.0)
+    small = dataclasses.replace(small, facts={**small.facts, "parameters": 33})
+    finding = comm_bound.evaluate(small)
+    assert finding is not None and finding.remedies == ("ddp-no-sync",)
+    assert "Its gradients (0 KiB) fit in DDP's first bucket (1 MiB)" in finding.evidence
+    big = dataclasses.replace(small, facts={**small.facts, "parameters": 6_297_600})
+    finding = comm_bound.evaluate(big)
+    assert finding is not None and "comm-hook-bf16" in finding.remedies

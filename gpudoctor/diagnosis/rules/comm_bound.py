@@ -19,6 +19,12 @@ from gpudoctor.model import Finding
 from gpudoctor.units import ms_text
 
 BACKWARD_PER_FORWARD = 2.0  # Kaplan et al. 2020 (above)
+# DDP's first gradient bucket (torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES, 1 MiB;
+# the others bucket_cap_mb=25): a model whose gradients fit in it all-reduces once a
+# step, a small message bound by its latency: fewer bytes (a bf16 hook) or other
+# buckets cannot help it; fewer all-reduces (no_sync) can.
+DDP_BUCKET_BYTES = 2**20
+GRAD_BYTES_PER_PARAMETER = 4  # fp32 gradients, DDP's usual
 # No published anchor: the share of the step the shared collectives take before the
 # doctor calls the job communication-bound (high from HIGH_SHARE). This project's choice.
 SHARE = 0.3
@@ -42,6 +48,18 @@ def evaluate(w: Window) -> Finding | None:
     if step <= 0 or comm < SHARE * step:
         return None
     share = comm / step
+    parameters = int(w.facts.get("parameters") or 0)
+    one_bucket = 0 < parameters * GRAD_BYTES_PER_PARAMETER <= DDP_BUCKET_BYTES
+    remedies = ("ddp-no-sync",) if one_bucket else ("ddp-no-sync", "comm-hook-bf16", "ddp-buckets")
+    latency = (
+        _(
+            " Its gradients ({kib:.0f} KiB) fit in DDP's first bucket (1 MiB): each step is "
+            "one small all-reduce, bound by its latency, so fewer all-reduces help and fewer "
+            "bytes do not."
+        ).format(kib=parameters * GRAD_BYTES_PER_PARAMETER / 2**10)
+        if one_bucket
+        else ""
+    )
     return Finding(
         id=ID,
         severity="high" if share >= HIGH_SHARE else "medium",
@@ -50,7 +68,8 @@ def evaluate(w: Window) -> Finding | None:
             "about {comm} of a {step} step ({share:.0%}) goes to collectives all {ranks} "
             "ranks wait in together (backward beyond twice the forward's compute), not to "
             "computing."
-        ).format(comm=ms_text(comm), step=ms_text(step), share=share, ranks=len(ranks)),
-        remedies=("ddp-no-sync", "comm-hook-bf16", "ddp-buckets"),
+        ).format(comm=ms_text(comm), step=ms_text(step), share=share, ranks=len(ranks))
+        + latency,
+        remedies=remedies,
         estimated_gain=round(share, 3),
     )
