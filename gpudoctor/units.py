@@ -9,8 +9,10 @@ from wcwidth import wcswidth
 
 
 def ms_text(ms: float) -> str:
-    """`21.3 ms`, or below a millisecond `320 µs` (never `0.0 ms` for a time that was
-    there); nothing at all is `0.0 ms`."""
+    """`21.3 ms`, or below a millisecond `320 µs`, below a microsecond `400 ns` (never
+    `0.0 ms` or `0 µs` for a time that was there); nothing at all is `0.0 ms`."""
+    if 0 < abs(ms) < 0.001:  # a time that was there is never `0 µs`
+        return f"{ms * 1e6:.0f} ns"
     if 0 < abs(ms) < 1.0:
         return f"{ms * 1000:.0f} µs"
     return f"{ms:.1f} ms"

@@ -36,6 +36,7 @@ def test_storage_remedies_only_when_the_job_touches_storage() -> None:
 def test_durations_below_a_millisecond_read_in_microseconds() -> None:
     assert ms_text(0.3) == "300 µs" and ms_text(0.04) == "40 µs"
     assert ms_text(1.0) == "1.0 ms" and ms_text(21.26) == "21.3 ms"
+    assert ms_text(0.0004) == "400 ns"  # a time that was there: never "0 µs" (issue 39)
     assert display.ms(0.25) == "250 µs" and display.ms(250.0) == "250 ms"
     sub_ms = steps(wall_ms=0.3, loader_ms=0.1, forward_ms=0.05, backward_ms=0.05, optimizer_ms=0.02)
     finding = input_bound.evaluate(window(steps=sub_ms))
