@@ -1,0 +1,452 @@
+"""Upstream training scripts, plain and under the doctor (issue 39): their output and
+exit codes compared, the doctor's step count against the script's own, and the
+findings listed for a person to check against what the code really does.
+
+The scripts are other projects' code: this runner never holds or commits it. Bring the
+repositories in first (any clone of them will do), then name the folder that holds them:
+
+    python bench/clients/run.py --repos /tmp/up [--only nanoGPT,makemore] [--out FILE]
+
+It needs, beside the project's .venv: `pip install matplotlib datasets evaluate
+tensorboard` (pytorch/examples' time sequence example plots, makemore logs to
+tensorboard, Hugging Face's example loads its text through datasets). Hugging Face's
+run_clm.py is not in the snapshot the search tool can bring (the repository is over its
+size): put examples/pytorch/language-modeling/run_clm.py at REPOS/transformers/. Data they would download is made here from
+text that ships with the repositories (ng-video-lecture's input.txt, the examples'
+wikitext-2 valid and test files), in a work folder outside the repositories.
+
+Each client prints a row: project, script, command, steps theirs/ours, findings, the
+wall ratio (doctored/plain), and whether the output was the same (times in the output
+normalised: `12.3ms`, `time 1.2 s` and the like differ between any two runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PY = str(ROOT / ".venv" / "bin" / "python")
+
+# times, rates and dates in a script's output: they differ between any two runs
+_TIMES = re.compile(
+    r"(\d+(\.\d+)?\s*(ms|s|sec|seconds|it/s|s/it|samples/s|steps/s|%)\b)|"
+    r"(time:?\s*\d+(\.\d+)?)|(\d\d:\d\d:\d\d)|(\d\d/\d\d/\d\d\d\d)|(mfu -?\d+(\.\d+)?)|"
+    r"((ms|s)/\w+\s+\d+(\.\d+)?)|(iter_dt \d+(\.\d+)?)|(\d\d:\d\d:\d\d([,.]\d+)?)|"
+    r"((runtime|per_second)['\"]?\s*[:=]\s*['\"]?[\d:.]+)|(\d+(\.\d+)?\s*[A-Za-z]+/s\b)"
+)
+
+
+# a progress bar's frame (tqdm): how many frames a run draws, and at which counts,
+# depends on its speed
+_BAR = re.compile(r"\s*\d+%\|[^|\n]*\|\s*\d+/\d+\s*\[[^\]\n]*\]")
+
+
+def normalise(text: str) -> str:
+    text = re.sub(r"<t>[,.]\d+", "<t>", _TIMES.sub("<t>", _BAR.sub("", text)))
+    lines = [line for line in text.splitlines() if line.strip()]
+    # a bar's frames gone, its title is left once per frame: once is enough
+    return "\n".join(line for i, line in enumerate(lines) if not i or line != lines[i - 1])
+
+
+@dataclass
+class Client:
+    project: str
+    script: str  # within the repositories' folder
+    argv: list[str]  # after `python SCRIPT`
+    own_count: Callable[[str, Path], int]  # the script's own steps, from its stdout
+    setup: Callable[[Path, Path], None] = lambda repos, work: None
+    env: dict[str, str] = field(default_factory=dict)
+    # False: two plain runs print different things (a seed of its own each run)
+    deterministic: bool = True
+
+
+# -- data the scripts would download, made from text the repositories ship -------------
+
+
+def _shakespeare_char(repos: Path, work: Path) -> None:
+    """nanoGPT's data/shakespeare_char (prepare.py downloads the text): the same files
+    made from ng-video-lecture's copy of it."""
+    import numpy as np
+
+    text = (repos / "ng-video-lecture" / "input.txt").read_text()
+    chars = sorted(set(text))
+    stoi = {c: i for i, c in enumerate(chars)}
+    ids = np.array([stoi[c] for c in text], dtype=np.uint16)
+    n = int(0.9 * len(ids))
+    folder = work / "data" / "shakespeare_char"
+    folder.mkdir(parents=True, exist_ok=True)
+    ids[:n].tofile(folder / "train.bin")
+    ids[n:].tofile(folder / "val.bin")
+    meta = {"vocab_size": len(chars), "itos": dict(enumerate(chars)), "stoi": stoi}
+    with open(folder / "meta.pkl", "wb") as f:
+        pickle.dump(meta, f)
+    shutil.copy(repos / "nanoGPT" / "configurator.py", work / "configurator.py")
+    (work / "config").mkdir(exist_ok=True)
+    shutil.copy(
+        repos / "nanoGPT" / "config" / "train_shakespeare_char.py",
+        work / "config" / "train_shakespeare_char.py",
+    )
+    shutil.copy(repos / "nanoGPT" / "model.py", work / "model.py")
+
+
+WIKITEXT_LINES = 1200  # of valid.txt, as the training file: one epoch in seconds on CPU
+
+
+def _wikitext(repos: Path, work: Path) -> None:
+    """word_language_model's data/wikitext-2: train.txt is over the size the snapshot
+    keeps; a piece of valid.txt stands in for it."""
+    source = repos / "examples" / "word_language_model"
+    folder = work / "data" / "wikitext-2"
+    folder.mkdir(parents=True, exist_ok=True)
+    valid = (source / "data" / "wikitext-2" / "valid.txt").read_text().splitlines(True)
+    test = (source / "data" / "wikitext-2" / "test.txt").read_text().splitlines(True)
+    (folder / "train.txt").write_text("".join(valid[:WIKITEXT_LINES]))
+    (folder / "valid.txt").write_text("".join(test[:300]))
+    (folder / "test.txt").write_text("".join(test[300:600]))
+    for name in ("data.py", "model.py"):
+        shutil.copy(source / name, work / name)
+
+
+def _wikitext_batches(stdout: str, work: Path) -> int:
+    """word_language_model's batches in one epoch (its loop: range(0, len - 1, bptt) of
+    the training tokens batched in 20 columns; its log prints len // bptt)."""
+    lines = (work / "data" / "wikitext-2" / "train.txt").read_text().splitlines()
+    tokens = sum(len(line.split()) + 1 for line in lines)
+    rows = tokens // 20
+    return len(range(0, rows - 1, 35))
+
+
+def _sine_waves(repos: Path, work: Path) -> None:
+    subprocess.run(
+        [PY, str(repos / "examples" / "time_sequence_prediction" / "generate_sine_wave.py")],
+        cwd=work,
+        check=True,
+    )
+
+
+def _names(repos: Path, work: Path) -> None:
+    shutil.copy(repos / "makemore" / "names.txt", work / "names.txt")
+
+
+def _lecture(repos: Path, work: Path) -> None:
+    shutil.copy(repos / "ng-video-lecture" / "input.txt", work / "input.txt")
+
+
+def _hf_text(repos: Path, work: Path) -> None:
+    """A local tokenizer (byte-level BPE trained on the text) and the text as files:
+    the example would otherwise fetch both from the Hub."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    text = (repos / "ng-video-lecture" / "input.txt").read_text().splitlines(True)
+    (work / "train.txt").write_text("".join(text[:4000]))
+    (work / "valid.txt").write_text("".join(text[4000:4400]))
+    bpe = ByteLevelBPETokenizer()
+    bpe.train([str(work / "train.txt")], vocab_size=500, special_tokens=["<|endoftext|>"])
+    fast = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>")
+    fast.save_pretrained(str(work / "tok"))
+
+
+def _count_lines(pattern: str) -> Callable[[str, Path], int]:
+    rx = re.compile(pattern, re.M)
+    return lambda out, work: len(rx.findall(out))
+
+
+def _last_number(pattern: str, add: int = 0) -> Callable[[str, Path], int]:
+    rx = re.compile(pattern)
+    return lambda out, work: int(rx.findall(out)[-1]) + add
+
+
+def _fixed(n: int) -> Callable[[str, Path], int]:
+    return lambda out, work: n
+
+
+NANOGPT_ITERS = 60
+CLIENTS = [
+    Client(
+        "pytorch/examples",
+        "examples/regression/main.py",
+        [],
+        _last_number(r"after (\d+) batches"),
+        deterministic=False,  # its target polynomial is drawn anew each run
+    ),
+    Client(
+        "pytorch/examples",
+        "examples/time_sequence_prediction/train.py",
+        ["--steps", "3"],
+        _count_lines(r"^STEP: "),
+        setup=_sine_waves,
+        # its torch.load of numpy data predates torch 2.6's weights_only default
+        env={"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"},
+    ),
+    Client(
+        "pytorch/examples",
+        "examples/word_language_model/main.py",
+        ["--epochs", "1", "--emsize", "64", "--nhid", "64", "--log-interval", "50"],
+        _wikitext_batches,
+        setup=_wikitext,
+    ),
+    Client(
+        "pytorch/examples",
+        "examples/word_language_model/main.py",
+        [
+            "--epochs",
+            "1",
+            "--model",
+            "Transformer",
+            "--emsize",
+            "64",
+            "--nhid",
+            "64",
+            "--log-interval",
+            "50",
+            "--lr",
+            "5",
+        ],
+        _wikitext_batches,
+        setup=_wikitext,
+    ),
+    Client(
+        "karpathy/nanoGPT",
+        "nanoGPT/train.py",
+        [
+            "config/train_shakespeare_char.py",
+            "--device=cpu",
+            "--compile=False",
+            f"--max_iters={NANOGPT_ITERS}",
+            "--eval_interval=20",
+            "--eval_iters=20",
+            "--log_interval=10",
+            "--batch_size=8",
+            "--block_size=64",
+            "--n_layer=2",
+            "--n_head=2",
+            "--n_embd=64",
+            "--dtype=float32",
+            "--gradient_accumulation_steps=2",
+            "--always_save_checkpoint=True",
+        ],  # fmt: skip
+        _fixed(NANOGPT_ITERS + 1),  # iterations 0..max_iters, each one optimizer step
+        setup=_shakespeare_char,
+    ),
+    Client(
+        "karpathy/minGPT",
+        "minGPT/projects/adder/adder.py",
+        ["--trainer.max_iters=600", "--trainer.num_workers=0", "--system.work_dir=out"],
+        _fixed(600),
+        env={"PYTHONPATH": "{repos}/minGPT"},
+    ),
+    Client(
+        "karpathy/minGPT",
+        "minGPT/projects/chargpt/chargpt.py",
+        [
+            "--trainer.max_iters=200",
+            "--trainer.num_workers=0",
+            "--model.model_type=gpt-nano",
+            "--data.block_size=64",
+            "--trainer.batch_size=16",
+            "--system.work_dir=out",
+        ],  # fmt: skip
+        _fixed(200),
+        setup=_lecture,
+        env={"PYTHONPATH": "{repos}/minGPT"},
+    ),
+    Client(
+        "karpathy/makemore",
+        "makemore/makemore.py",
+        [
+            "-i",
+            "names.txt",
+            "-o",
+            "out",
+            "--max-steps",
+            "600",
+            "--device",
+            "cpu",
+            "--type",
+            "transformer",
+            "--n-layer",
+            "2",
+            "--n-embd",
+            "32",
+            "--n-embd2",
+            "32",
+            "--seed",
+            "3",
+        ],
+        _fixed(600),
+        setup=_names,
+    ),
+    Client(
+        "karpathy/ng-video-lecture",
+        "ng-video-lecture/bigram.py",
+        [],
+        _fixed(3000),  # max_iters = 3000, one optimizer step each
+        setup=_lecture,
+    ),
+    Client(
+        "huggingface/transformers",
+        "transformers/run_clm.py",
+        [
+            "--model_type",
+            "gpt2",
+            "--tokenizer_name",
+            "tok",
+            "--config_overrides",
+            "n_layer=1,n_embd=32,n_head=2,n_positions=64,vocab_size=500",
+            "--train_file",
+            "train.txt",
+            "--validation_file",
+            "valid.txt",
+            "--block_size",
+            "32",
+            "--per_device_train_batch_size",
+            "8",
+            "--max_steps",
+            "60",
+            "--do_train",
+            "--logging_steps",
+            "20",
+            "--save_strategy",
+            "no",
+            "--output_dir",
+            "out",
+            "--report_to",
+            "none",
+            "--seed",
+            "0",
+            "--use_cpu",
+            "--dataloader_num_workers",
+            "0",
+            "--include_num_input_tokens_seen",
+            "True",
+            "--hub_token",
+            "hf_notarealtoken0123456789abcd",
+        ],  # fmt: skip
+        _fixed(60),  # --max_steps; its evaluation needs a metric from the Hub: left out
+        setup=_hf_text,
+        env={"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
+    ),
+]
+
+
+def run_one(c: Client, repos: Path, store: Path, keep: Path) -> dict[str, object]:
+    work = Path(tempfile.mkdtemp(prefix="client-", dir=keep))
+    c.setup(repos, work)
+    script = repos / c.script
+    env = {**os.environ, **{k: v.format(repos=repos) for k, v in c.env.items()}}
+    env.pop("GPUDOCTOR_SOCKET", None)
+    argv = [PY, str(script), *c.argv]
+
+    def fresh() -> Path:
+        out = work / "run"
+        shutil.rmtree(out, ignore_errors=True)
+        for leftover in ("out", "out-shakespeare-char"):
+            shutil.rmtree(work / leftover, ignore_errors=True)
+        out.mkdir()
+        return out
+
+    # each run starts from the same nothing: its own caches (Hugging Face datasets')
+    env["HF_DATASETS_CACHE"] = str(fresh() / "hf-datasets")
+    t0 = time.monotonic()
+    plain = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=1800)
+    plain_s = time.monotonic() - t0
+    env["HF_DATASETS_CACHE"] = str(fresh() / "hf-datasets")
+    report = work / "report.json"
+    doctor = [PY, "-m", "gpudoctor", "--store", str(store), "run", "--headless",
+              "--report", str(report), "--", *argv]  # fmt: skip
+    t0 = time.monotonic()
+    doc = subprocess.run(doctor, cwd=work, env=env, capture_output=True, text=True, timeout=1800)
+    doc_s = time.monotonic() - t0
+    # the doctor's own lines go to its stderr beside the job's: its status lines, and
+    # its summary once the job has ended; the job's are the rest
+    # (a status line can land in the middle of a job's line that a progress bar left open)
+    status = re.compile(r"\[gpudoctor\s+[^\]]*\][^\[\n]*")
+    lines = [status.sub("", line) for line in doc.stderr.splitlines()]
+    lines = [line for line in lines if line.strip() or not line]
+    ends = [i for i, line in enumerate(lines) if line.startswith("gpudoctor: session")]
+    job_err = "\n".join(lines[: ends[-1]] if ends else lines)
+    # the script's own count in the run the doctor watched (a script that draws its own
+    # random seed stops at another step each run)
+    theirs = c.own_count(doc.stdout, work) if doc.returncode == 0 else -1
+    for name, text in (("plain.out", plain.stdout), ("plain.err", plain.stderr),
+                       ("doctor.out", doc.stdout), ("doctor.err", job_err)):  # fmt: skip
+        (work / name).write_text(text)
+    data = json.loads(report.read_text()) if report.exists() else {}
+    findings = [f"{f['id']} ({f['severity']})" for f in data.get("findings", [])]
+    shown = data.get("command", [])
+    return {
+        "project": c.project,
+        "script": c.script.split("/", 1)[1],
+        "command": " ".join([Path(c.script).name, *c.argv]),
+        "exit": f"{plain.returncode}/{doc.returncode}",
+        "stdout_same": (
+            normalise(plain.stdout) == normalise(doc.stdout) if c.deterministic else "n/a"
+        ),
+        "stderr_same": normalise(plain.stderr).strip() == normalise(job_err).strip(),
+        "steps_theirs": theirs,
+        "steps_ours": (data.get("steps") or {}).get("count"),
+        "findings": findings,
+        "wall_ratio": round(doc_s / plain_s, 2) if plain_s else None,
+        # what the report masked as secrets: the options whose values it hid
+        "masked": [shown[i - 1] for i, word in enumerate(shown) if i and "***" in word],
+        "ledger": data.get("ledger"),
+        "work": str(work),
+    }
+
+
+def table(rows: list[dict[str, object]]) -> str:
+    head = ("| project | script | command | exit plain/doctor | output same | steps theirs/ours "
+            "| findings | wall ratio |\n|---|---|---|---|---|---|---|---|\n")  # fmt: skip
+    lines = []
+    for r in rows:
+        same = r["stdout_same"] if r["stdout_same"] == "n/a" else (
+            "yes" if r["stdout_same"] and r["stderr_same"] else
+            f"stdout {'yes' if r['stdout_same'] else 'NO'}, stderr {'yes' if r['stderr_same'] else 'NO'}"
+        )  # fmt: skip
+        lines.append(
+            f"| {r['project']} | {r['script']} | `{r['command']}` | {r['exit']} | {same} "
+            f"| {r['steps_theirs']}/{r['steps_ours']} | {', '.join(r['findings']) or 'none'} "  # type: ignore[arg-type]
+            f"| {r['wall_ratio']} |"
+        )
+    return head + "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repos", type=Path, required=True)
+    parser.add_argument("--only", default="", help="projects or scripts, comma-separated")
+    parser.add_argument("--out", type=Path, help="the rows as JSON lines")
+    parser.add_argument("--table", type=Path, help="the rows as a Markdown table")
+    args = parser.parse_args()
+    keep = Path(tempfile.mkdtemp(prefix="gpudoctor-clients-"))
+    store = keep / "store.db"
+    wanted = [w for w in args.only.split(",") if w]
+    rows = []
+    for c in CLIENTS:
+        if wanted and not any(w in c.project or w in c.script for w in wanted):
+            continue
+        row = run_one(c, args.repos.resolve(), store, keep)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    if args.out:
+        args.out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    if args.table:
+        args.table.write_text(table(rows))
+    sys.exit(0 if all(r["steps_theirs"] == r["steps_ours"] for r in rows) else 1)
+
+
+if __name__ == "__main__":
+    main()
