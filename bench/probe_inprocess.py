@@ -73,6 +73,10 @@ class Switch:
         for patch in self.saved["roots"]:
             patch.remove()
         loader.patch.remove()
+        housekeeping = self.groups.get("housekeeping")  # zero_grad, no_grad, ... (issue 39)
+        if housekeeping is not None:
+            self.saved["housekeeping"] = housekeeping.agent.detail
+            housekeeping.off()
         self.autograd.backward = self.groups["backward"].original
         self.opt_cls.step = self.saved["step"].__wrapped__  # torch's own, under the probe's
 
@@ -88,6 +92,8 @@ class Switch:
             patch.install()
         if self.saved["loader"]:
             self.groups["dataloader"].patch.install()
+        if self.saved.get("housekeeping"):  # in place only on steps measured in detail
+            self.groups["housekeeping"].on()
         self.autograd.backward = self.saved["backward"]
         self.opt_cls.step = self.saved["step"]
 
