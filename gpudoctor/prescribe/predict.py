@@ -115,14 +115,19 @@ def _more_workers(w: Window, cores: int, workers: int) -> Prediction:
         )  # fmt: skip
     spare = max(1, int(per_rank) - 1)
     low = min(high, step / max(compute, wait * now / (min(workers, spare) * HAND_OFF)))
-    slower = (
-        _(
-            "; below 1x when {spare} loaders at {speed:.0%} speed load slower than the "
-            "{now} there are now"
+    slower = ""
+    if low < 1.0:  # the low end is a slowdown: say how
+        slower = (
+            _(
+                "; below 1x where {spare} loader at {speed:.0%} speed is slower than the "
+                "main process loading in line now"
+            )
+            if not current
+            else _(
+                "; below 1x where {spare} loaders at {speed:.0%} speed are slower than "
+                "the {now} workers now"
+            )
         ).format(spare=min(workers, spare), speed=HAND_OFF, now=now)
-        if low < 1.0
-        else ""
-    )
     return Prediction(
         low,
         high,
