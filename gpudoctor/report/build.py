@@ -57,6 +57,7 @@ AUDIT_KEYS = (
     "forwards_with_grad",
     "evaluation_forwards",
     "evaluation_ns",
+    "forwards_counted_on",  # forwards, backwards, evaluation: samples, not totals
     "autocast_seen",
     "backwards",
     "optimizer_steps",
