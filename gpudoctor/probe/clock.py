@@ -220,8 +220,9 @@ class StepClock:
         if not held:
             return
         self.index -= len(held)
-        self.eval_before_ns += sum(r[2] for r in held)
-        self.eval_ns += sum(r[2] for r in held)
+        wall = sum(r[2] for r in held)
+        self.eval_before_ns += wall
+        self.eval_ns += wall
         self.eval_forwards += sum(r[8] for r in held)
 
     def _release(self) -> None:
@@ -291,9 +292,11 @@ class StepClock:
         # A pending end is the step's end when a new step starts here: after a backward
         # (no optimizer), or at a root this step has called already. With a DataLoader
         # the next batch decides instead. Inside an optimizer's step (a closure) no step ends.
-        if self.nested_at_opt_start >= 0:
-            pass
-        elif self.pending_end is not None and self.level != END_LOADER:
+        if (
+            self.nested_at_opt_start < 0
+            and self.pending_end is not None
+            and self.level != END_LOADER
+        ):
             if self.level >= END_BACKWARD or root in self.step_roots:
                 self._emit_current(self.pending_end)
             self.pending_end = None
@@ -334,8 +337,7 @@ class StepClock:
         """A root module ran an evaluation forward from t0 to t1 (see the docstring)."""
         self.eval_ns += t1 - t0
         self.eval_forwards += 1
-        if self.outside_open or self.pending_end is not None:  # between two steps
-            self.housekeeping_ns += t1 - t0
+        self.housekeeping(t0, t1)  # between two steps, it is not input's either
 
     def housekeeping(self, t0: int, t1: int) -> None:
         """The step's bookkeeping ran from t0 to t1 (see the docstring): between two

@@ -149,11 +149,7 @@ class ModelHooks:
         if self.depth or not agent.active or not self.enabled:
             return False
         if not agent.detail:  # a counted step: only an evaluation is timed (clock.py)
-            return (
-                not self.torch.is_grad_enabled()
-                and id(module) in self.trained
-                and agent.clock.level >= END_BACKWARD
-            )
+            return not self.torch.is_grad_enabled() and self._evaluation(id(module))
         verdict = self.verdicts.get(id(module))
         if verdict is None or verdict[0]() is not module:
             try:
@@ -183,6 +179,11 @@ class ModelHooks:
 
         return unseen(__call__)
 
+    def _evaluation(self, key: int) -> bool:
+        """A call with gradients off is an evaluation when it is of a model the job
+        trains (called with gradients on before), once the job trains (clock.py)."""
+        return key in self.trained and self.agent.clock.level >= END_BACKWARD
+
     def _enter(self, module: Any, args: tuple[Any, ...]) -> int:
         self.depth = 1
         t = now()
@@ -197,8 +198,8 @@ class ModelHooks:
                     self.trained.add(key)
                 if not agent.backwards:  # matters until a backward
                     self.forwards_with_grad += 1
-            else:  # a model the job trains, called without gradients once it trains
-                self.evaluating = key in self.trained and clock.level >= END_BACKWARD
+            else:
+                self.evaluating = self._evaluation(key)
             if not self.evaluating:
                 clock.forward_start(t, key)
             self.forwards += 1
