@@ -32,9 +32,8 @@ def ranks_here(facts: dict[str, Any]) -> int:
 
 
 def suggested_workers(facts: dict[str, Any], cores_allowed: int) -> int:
-    """Workers per rank: the cores each rank may use (2 at least where a rank has 2)."""
-    per_rank = cores_allowed // ranks_here(facts)
-    return max(min(2, per_rank), 1, min(MAX_WORKERS, per_rank))
+    """Workers per rank: the cores each rank may use, one at least, MAX_WORKERS at most."""
+    return max(1, min(MAX_WORKERS, cores_allowed // ranks_here(facts)))
 
 
 def suggested_value(remedy_id: str, facts: dict[str, Any], cores_allowed: int, current: Any) -> Any:

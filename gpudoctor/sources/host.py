@@ -44,7 +44,6 @@ class HostReader:
         self._newest_pid: int | None = None
         self._proc_io: dict[int, tuple[float, int, int]] = {}
         self._last_t = time.monotonic()
-        self._previous_t = self._last_t  # the reading before the last one
         self._disk = psutil.disk_io_counters()
         self._net = psutil.net_io_counters()
         self._cores_allowed = cores_allowed(job_pid)
@@ -58,7 +57,7 @@ class HostReader:
     def read(self) -> HostSample:
         now = time.monotonic()
         dt = max(now - self._last_t, 1e-3)
-        self._previous_t, self._last_t = self._last_t, now
+        self._last_t = now
         per_core = tuple(psutil.cpu_percent(percpu=True))
         times = psutil.cpu_times_percent()
         iowait = getattr(times, "iowait", None)
@@ -74,7 +73,7 @@ class HostReader:
             n_rx = (net.bytes_recv - self._net.bytes_recv) / dt
             n_tx = (net.bytes_sent - self._net.bytes_sent) / dt
         self._disk, self._net = disk, net
-        job = self._job_tree(now)
+        job = self._job_tree(now, dt)
         others_cores = self._others_cores(per_core, job)
         niced = self._others_niced(getattr(times, "nice", None), len(per_core), others_cores)
         steal = getattr(times, "steal", None)
@@ -136,7 +135,7 @@ class HostReader:
             return ()
         return self._others.top({p.pid for p in job} | {self._me.pid}, parent=self._me.pid)
 
-    def _job_tree(self, now: float) -> tuple[ProcSample, ...]:
+    def _job_tree(self, now: float, dt: float) -> tuple[ProcSample, ...]:
         if self.job_pid is None:
             return ()
         out = []
@@ -145,7 +144,7 @@ class HostReader:
                 first = pid not in self._procs
                 p = self._proc(pid)
                 with p.oneshot():
-                    cpu = self._first_cpu(p, now) if first else p.cpu_percent()
+                    cpu = self._first_cpu(p, dt) if first else p.cpu_percent()
                     ppid = p.ppid()
                     name = p.name()
                     rss = p.memory_info().rss
@@ -194,7 +193,7 @@ class HostReader:
             self._tree = []
         return self._tree
 
-    def _first_cpu(self, p: psutil.Process, now: float) -> float:
+    def _first_cpu(self, p: psutil.Process, interval: float) -> float:
         """A process's CPU at its first reading (psutil's rate needs two): the time it
         used since it started, over the interval when it started within it (a DataLoader
         worker of this epoch), else over its life. Read as 0, a new worker's CPU was
@@ -206,7 +205,6 @@ class HostReader:
             age = max(1e-3, time.time() - p.create_time())
         except psutil.Error:
             return 0.0
-        interval = max(1e-3, now - self._previous_t)
         return 100.0 * used / (interval if age <= interval else age)
 
     def _proc(self, pid: int) -> psutil.Process:
