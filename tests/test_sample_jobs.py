@@ -182,7 +182,11 @@ def test_profile_steps_puts_the_top_operators_in_the_report(tmp_path: Path) -> N
     assert profile["steps"] == 5 and profile["sort"] == "cpu"
     names = [op["name"] for op in profile["operators"]]
     assert any(n in ("aten::addmm", "aten::mm") for n in names), names
-    assert json.loads(trace.read_text())["traceEvents"]  # written because it was asked
+    events = json.loads(trace.read_text())["traceEvents"]  # written because it was asked
+    # each captured step marked as torch.profiler's schedule marks it, numbered in order
+    marks = [e["name"] for e in events if e.get("name", "").startswith("ProfilerStep#")]
+    numbers = sorted(int(m.split("#")[1]) for m in marks)
+    assert len(numbers) == 5 and numbers == list(range(numbers[0], numbers[0] + 5)), marks
     # the HTML page: the operators' table, and a marker where the capture came
     page = doctor("report", str(report["session"]), "--format", "html")
     assert page.returncode == 0, page.stderr
@@ -191,3 +195,18 @@ def test_profile_steps_puts_the_top_operators_in_the_report(tmp_path: Path) -> N
     # without --profile-steps there is no profile, and no trace
     _, plain = run_job(tmp_path, SAMPLES / "healthy.py", "--steps", "20")
     assert plain["profile"] is None
+
+
+def test_syncs_and_copies_are_per_step_measured_in_detail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fast loop is measured in detail on one step in 32 (probe/clock.py, sampling) and
+    its syncs are counted on those steps only: per step they are per such step. Seen on
+    an H200: host_sync.py's .item() in every step came out as 0.03 syncs a step, and no
+    host-sync finding. The tensor hooks count CPU tensors here as if they were CUDA's."""
+    monkeypatch.setenv("GPUDOCTOR_PROBE_TENSOR_HOOKS", "cpu")
+    _, report = run_job(tmp_path, SAMPLES / "host_sync.py", "--steps", "400", "--batch-size", "8")
+    steps = report["steps"]
+    assert steps["count"] == 400
+    assert steps["syncs_per_step"] >= 1, steps
+    assert "host-sync" in finding_ids(report), report["findings"]

@@ -377,16 +377,19 @@ class Window:
         parts["other"] = max(0.0, 1.0 - sum(parts.values()))
         return parts
 
+    # Syncs and copies are counted on the steps measured in detail only (a step that is
+    # only counted carries no split: probe/clock.py, sampling), so they are per such step.
+
     @cached_property
     def syncs_per_step(self) -> float:
-        if self.rollup is not None and self.rollup.count:
-            return self.rollup.syncs / self.rollup.count
-        steps = self.steady_steps
+        if self.rollup is not None and self.rollup.detailed:
+            return self.rollup.syncs / self.rollup.detailed
+        steps = self.detailed_steps
         return sum(s.syncs for s in steps) / len(steps) if steps else 0.0
 
     @cached_property
     def pageable_copies_per_step(self) -> float:
-        steps = self.steady_steps
+        steps = self.detailed_steps
         return sum(s.pageable_copies for s in steps) / len(steps) if steps else 0.0
 
     # -- host and GPU --------------------------------------------------------------------

@@ -6,7 +6,9 @@ the warm-up) or later (the TUI's `p`: the doctor writes N into the file named by
 GPUDOCTOR_CONTROL, which the agent looks for at most twice a second, on a step measured
 in detail). The result is the guide's `key_averages()` table, top operators by device
 time (CPU time on a CPU job), sent as the fact "profile"; a Chrome trace is written only
-when GPUDOCTOR_PROFILE_TRACE names a file.
+when GPUDOCTOR_PROFILE_TRACE names a file. Each captured step is marked in the trace as
+torch.profiler's own schedule marks it (a `ProfilerStep#N` range, N the job's step), so
+that trace readers (Holistic Trace Analysis, Perfetto, `gpudoctor trace`) find the steps.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class Profiling:
         self.control = os.environ.get(ENV_CONTROL) or None
         self.next_check_ns = 0
         self.profiler: Any = None
+        self.marker: Any = None  # the open ProfilerStep#N range
         self.left = 0
         self.captures = 0
 
@@ -41,15 +44,18 @@ class Profiling:
 
     def step_ended(self, agent: Any, t_ns: int, steps_done: int) -> None:
         if self.profiler is not None:
+            self._close_marker()
             self.left -= 1
             if self.left <= 0:
                 self._finish(agent)
+            else:
+                self._open_marker(agent, steps_done)
             return
         if self.control is not None and t_ns >= self.next_check_ns:
             self.next_check_ns = t_ns + CONTROL_EVERY_NS
             self._read_control()
         if self.pending and steps_done >= START_AFTER_STEPS:
-            self._start(agent, self.pending)
+            self._start(agent, self.pending, steps_done)
             self.pending = None
 
     def _read_control(self) -> None:
@@ -62,7 +68,7 @@ class Profiling:
             return
         self.pending = _int(text.strip()) or self.pending
 
-    def _start(self, agent: Any, steps: int) -> None:
+    def _start(self, agent: Any, steps: int, steps_done: int) -> None:
         torch = agent.torch
         activities = [torch.profiler.ProfilerActivity.CPU]
         if str(agent.facts.get("device", "cpu")).startswith("cuda"):
@@ -71,9 +77,21 @@ class Profiling:
         profiler.__enter__()
         self.profiler = profiler
         self.left = steps
+        self._open_marker(agent, steps_done)
         agent.fact("profile_status", {"state": "running", "steps": steps})
 
+    def _open_marker(self, agent: Any, step: int) -> None:
+        marker = agent.torch.profiler.record_function(f"ProfilerStep#{step}")
+        marker.__enter__()
+        self.marker = marker
+
+    def _close_marker(self) -> None:
+        marker, self.marker = self.marker, None
+        if marker is not None:
+            marker.__exit__(None, None, None)
+
     def _finish(self, agent: Any) -> None:
+        self._close_marker()
         profiler, self.profiler = self.profiler, None
         profiler.__exit__(None, None, None)
         self.captures += 1
