@@ -200,6 +200,29 @@ HAND_WRITTEN_UPDATE = """
     print("steps", 300)
 """
 
+# The issue's own pattern: the update outside any `no_grad` block, on `.data`
+# (pytorch/examples' word_language_model and regression), with clipping and a `.item()`
+# after it; big enough a share of the step (~15% on this machine) that the old clock
+# called it input (`input-bound`, 13% data wait, where the loop has no input code).
+HAND_WRITTEN_DATA_UPDATE = """
+    import torch
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(8):
+        layers += [torch.nn.Linear(512, 512), torch.nn.Tanh()]
+    model = torch.nn.Sequential(*layers)
+    x, y = torch.randn(8, 512), torch.randn(8, 512)
+    for i in range(400):
+        model.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.25)
+        for p in model.parameters():
+            p.data.add_(p.grad, alpha=-0.01)
+        total = loss.item()
+    print("steps", 400, round(total, 6))
+"""
+
 
 @pytest.mark.parametrize(
     ("name", "body", "count"),
@@ -207,6 +230,7 @@ HAND_WRITTEN_UPDATE = """
         pytest.param("eval_first", EVAL_FIRST, 200, id="eval_first"),
         pytest.param("lbfgs", LBFGS, 3, id="lbfgs"),
         pytest.param("hand_update", HAND_WRITTEN_UPDATE, 300, id="hand_update"),
+        pytest.param("hand_data_update", HAND_WRITTEN_DATA_UPDATE, 400, id="hand_data_update"),
     ],
 )
 def test_the_count_is_the_scripts_own_and_nothing_else_is_input(
@@ -237,3 +261,36 @@ def test_a_script_that_never_imports_torch_is_said_so(tmp_path: Path) -> None:
     assert proc.returncode == 0 and proc.stdout == "6\n"
     notes = " ".join(report["notes"])
     assert "saw no torch" in notes and "ran no training step" not in notes
+
+
+def test_input_code_before_a_hand_written_update_is_still_input(tmp_path: Path) -> None:
+    """regression/main.py's shape: each batch built in Python (the input: a quarter to a
+    half of the step here), the update by hand on `.data` after backward. The update is
+    not data wait; the input still is, and is found. Its output is the same plain."""
+    path = tmp_path / "built_batches.py"
+    path.write_text(
+        textwrap.dedent("""
+        import random, torch
+        random.seed(0); torch.manual_seed(0)
+        model = torch.nn.Linear(64, 1)
+
+        def get_batch():
+            rows = [[random.random() for _ in range(64)] for _ in range(32)]
+            x = torch.tensor(rows)
+            return x, x.sum(dim=1, keepdim=True)
+
+        for i in range(400):
+            x, y = get_batch()
+            model.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            for p in model.parameters():
+                p.data.add_(-0.01 * p.grad)
+        print("steps", 400, round(loss.item(), 6))
+        """)
+    )
+    plain = subprocess.run([PY, str(path)], capture_output=True, text=True, env=env_without_probe())
+    proc, report = run_job(tmp_path, path, doctor_args=("--no-stacks",))
+    assert proc.returncode == 0 and proc.stdout == plain.stdout
+    assert report["steps"]["count"] == 400
+    assert "input-bound" in finding_ids(report), report["steps"]["split"]

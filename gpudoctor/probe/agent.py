@@ -90,6 +90,8 @@ class Agent:
         self.detail_parts: list[tuple[Callable[[], None], Callable[[], None]]] = []
         # the models group's look for new root modules (cheap when nothing is new)
         self.discover: Callable[[], None] = lambda: None
+        # after each backward of a job that has not stepped an optimizer (housekeeping.py)
+        self.after_backward: Callable[[], None] = lambda: None
         # what the overrides asked of each root module as the model hooks find it
         # (numerics.py: autocast, compile)
         self.root_callbacks: list[Callable[[Any], None]] = []

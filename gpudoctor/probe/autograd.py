@@ -52,6 +52,8 @@ class BackwardHooks:
                 try:
                     clock.backward_done(t0, now())
                     agent.backwards += 1
+                    if not agent.optimizer_steps:
+                        agent.after_backward()
                     agent.discover()
                     agent.note_steps()
                     if agent.flusher is None:

@@ -26,7 +26,11 @@ ends a step. A root module called with gradients off once the job trains, where 
 module was called with them on before, is evaluation (`evaluated`): its time is not the
 step's forward, nor data wait. Host work between steps that is the step's bookkeeping,
 not input (`housekeeping`: zero_grad, clipping, a `no_grad` block such as a hand-written
-update, a scheduler's step, a save) is taken out of the time outside the model.
+update, a scheduler's step, a save, a host sync such as `.item()`) is taken out of the
+time outside the model. In a job with no optimizer, the update written by hand outside
+a `no_grad` block (`p.data.add_(p.grad, ...)`) reads each parameter's gradient: from the
+backward's end to the last gradient read before the next forward (`grad_read`) is the
+update, not input either.
 
 Everything between two step ends belongs to the later step.
 
@@ -101,6 +105,9 @@ class StepClock:
         self.first_start: int | None = None
         # the step's bookkeeping since its end, not yet taken out of the time outside
         self.housekeeping_ns = 0
+        self.housekeeping_spans: list[tuple[int, int]] = []  # since then, outermost only
+        # a job with no optimizer: when its update, written by hand, last read a gradient
+        self.update_until = 0
         self.detail = 1  # the step being measured now is measured in detail
         self.next_detail = 1  # and the next one will be (decided at this one's end)
         self.sampling = False  # set by the probe once its per-step hooks can be detached
@@ -304,8 +311,11 @@ class StepClock:
         if self.last_end is None:
             self.last_end = t
         if self.outside_open:
-            self.outside = max(0, t - self.last_end - self.housekeeping_ns)
+            begun = max(self.last_end, self.update_until)
+            self.outside = max(0, t - begun - self.housekeeping_ns)
             self.housekeeping_ns = 0
+            self.housekeeping_spans = []
+            self.update_until = 0
             self.outside_open = False
 
     def forward_end(self, t0: int, t1: int) -> None:
@@ -343,7 +353,24 @@ class StepClock:
         """The step's bookkeeping ran from t0 to t1 (see the docstring): between two
         steps, it is not the time outside the model that input code takes."""
         if self.outside_open or (self.pending_end is not None and self.level >= END_BACKWARD):
-            self.housekeeping_ns += t1 - t0
+            # one inside another (a `.item()` inside a `no_grad` block) is told first, as
+            # it ends first: the outer one's time counts it already
+            spans = self.housekeeping_spans
+            inner = 0
+            while spans and spans[-1][0] >= t0:
+                s0, s1 = spans.pop()
+                inner += s1 - s0
+            spans.append((t0, t1))
+            self.housekeeping_ns += t1 - t0 - inner
+
+    def grad_read(self, t: int) -> None:
+        """A gradient was read at t (a job with no optimizer: see the docstring). After
+        a backward and before the next forward, it is the update's: the time outside the
+        model begins after it, and the bookkeeping before it is inside it."""
+        if self.pending_end is not None and self.level == END_BACKWARD:
+            self.update_until = t
+            self.housekeeping_ns = 0
+            self.housekeeping_spans = []
 
     def saved(self, t0: int, t1: int) -> None:
         """A checkpoint (torch.save) from t0 to t1: the ledger's, and bookkeeping."""
@@ -423,6 +450,7 @@ class StepClock:
         for t in ends:
             self._emit_current(t)
         self.housekeeping_ns = 0
+        self.housekeeping_spans = []
         self.next_detail = 1
         self.detail = 1
 

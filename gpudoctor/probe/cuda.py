@@ -1,5 +1,6 @@
 """The CUDA hooks: host syncs on CUDA tensors (`.item()`, `.cpu()`, printing, ...) and
-host-to-device copies from pageable memory or without non_blocking, counted per step.
+host-to-device copies from pageable memory or without non_blocking, counted per step;
+a sync between two steps is timed as the step's bookkeeping (clock.py).
 
 Only a job that uses CUDA needs them: they are installed when CUDA initialises, so a
 CPU job's tensors keep their own methods. Each method is a ClassPatch on torch.Tensor
@@ -14,11 +15,13 @@ training code through these hooks on a machine with no GPU.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from .agent import Agent
 from .invisible import ClassPatch, drop_own_frame, tracing_checks, unseen
 
+now = time.monotonic_ns
 ENV_TENSOR_HOOKS = "GPUDOCTOR_PROBE_TENSOR_HOOKS"
 SYNC_METHODS = ("item", "tolist", "cpu", "__bool__", "__float__", "__int__", "__repr__")
 COPY_METHODS = ("to", "cuda")
@@ -72,6 +75,7 @@ class CudaHooks:
             def method(t: Any, *args: Any, **kwargs: Any) -> Any:
                 self.in_sync = True  # printing calls .item() inside: one sync, not many
                 clock.syncs += 1
+                t0 = now()
                 try:
                     return patch.original(t, type(t))(*args, **kwargs)
                 except BaseException as exc:
@@ -79,6 +83,9 @@ class CudaHooks:
                     raise
                 finally:
                     self.in_sync = False
+                    # waiting for the GPU between two steps (a loss printed after the
+                    # update) is the step's bookkeeping, never data wait (clock.py)
+                    clock.housekeeping(t0, now())
 
             patch = ClassPatch(tensor, name, unseen(method), self.wants_sync, self.busy)
             return patch

@@ -10,6 +10,14 @@ for those steps and gone for the others; the two functions of `torch.nn.utils` a
 module attributes of torch, like `torch.autograd.backward` (autograd.py), wrappers with
 the originals' names and signatures that pass straight through on other steps. A call
 inside another one (clipping inside a `no_grad` block) is part of the outer one.
+
+A job that has stepped no optimizer by its first backward may update its parameters by
+hand, outside any `no_grad` block (`p.data.add_(p.grad, alpha=-lr)`: pytorch/examples'
+word_language_model and regression): for it, reading a tensor's `.grad` is told to the
+clock (`grad_read`), through a data descriptor on torch.Tensor that hands every access
+on to torch's own (`GradRead`, ~0.3 us a read). It is there from that backward until
+the job steps an optimizer, or until the steps are only counted; a job with an
+optimizer never has it (its optimizer reads every gradient on every step).
 """
 
 from __future__ import annotations
@@ -23,6 +31,31 @@ from .agent import Agent
 from .invisible import TRAINING_THREAD, ClassPatch, drop_own_frame, tracing_checks, unseen
 
 now = time.monotonic_ns
+
+
+class GradRead:
+    """`torch.Tensor.grad` while it is watched: torch's own descriptor does the work;
+    each read from an instance is told to `on_read`. The class's own attribute is
+    torch's (`torch.Tensor.grad` is the getset descriptor it always was)."""
+
+    __slots__ = ("base", "on_read")
+
+    def __init__(self, base: Any, on_read: Any) -> None:
+        self.base = base
+        self.on_read = on_read
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        if obj is None:
+            return self.base
+        value = self.base.__get__(obj, objtype)
+        self.on_read()
+        return value
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        self.base.__set__(obj, value)
+
+    def __delete__(self, obj: Any) -> None:
+        self.base.__delete__(obj)
 
 
 class HousekeepingHooks:
@@ -67,6 +100,10 @@ class HousekeepingHooks:
         self.functions.append((torch, "save", save, self._timed_function(save, busy, True)))
         torch.save = self.functions[-1][3]
         self.clock = clock
+        self.tensor = torch.Tensor
+        base = torch._C.TensorBase.__dict__.get("grad")
+        self.grad_read = GradRead(base, unseen(self._grad_read)) if base is not None else None
+        agent.after_backward = self.watch_grads
         self.on()
         agent.detail_parts.append((self.on, self.off))
 
@@ -167,6 +204,32 @@ class HousekeepingHooks:
 
         return unseen(wrapper)
 
+    # -- a job with no optimizer: its gradients read ------------------------------------------
+
+    def watch_grads(self) -> None:
+        """After a backward of a job that has stepped no optimizer (autograd.py)."""
+        watch = self.grad_read
+        if (
+            watch is None
+            or not (self.enabled and self.agent.detail)
+            or "grad" in self.tensor.__dict__  # ours already, or somebody else's
+        ):
+            return
+        self.tensor.grad = watch
+
+    def unwatch_grads(self) -> None:
+        if self.grad_read is not None and self.tensor.__dict__.get("grad") is self.grad_read:
+            del self.tensor.grad
+
+    def _grad_read(self) -> None:
+        agent = self.agent
+        if agent.optimizer_steps or not self.enabled:
+            self.unwatch_grads()  # an optimizer reads every gradient: not for it
+        elif not self.depth and threading.get_ident() == TRAINING_THREAD[0] and agent.active:
+            # (a read inside zero_grad or clipping is theirs, timed as theirs: zero_grad
+            # may come after the next batch is built, and is not the update)
+            self.clock.grad_read(now())
+
     # -- the group's life -------------------------------------------------------------------
 
     def on(self) -> None:
@@ -177,6 +240,7 @@ class HousekeepingHooks:
     def off(self) -> None:
         for patch in self.patches:
             patch.remove()
+        self.unwatch_grads()
 
     def facts(self) -> dict[str, Any]:
         return {}
@@ -184,6 +248,7 @@ class HousekeepingHooks:
     def after_fork(self) -> None:
         self.depth = 0
         self.started = 0
+        self.unwatch_grads()  # a DataLoader worker trains nothing
 
     def disable(self) -> None:
         self.enabled = False
