@@ -518,12 +518,25 @@ def _watch_notes(timeline: Timeline, w: Window) -> list[str]:
     elif not w.stack_total:
         notes.append(_("py-spy returned no samples of the main thread: no step estimates."))
     elif not w.steps_per_s:
-        notes.append(
-            _(
-                "No training-loop counter (a local named step, i, it, ...) rose between "
-                "readings: the step rate is unknown."
+        spots = w.hotspots
+        lines = spots.of("main") if spots is not None else ()
+        module = next((h for h in lines if h.function == "<module>"), None)
+        if module is not None:  # nanoGPT's train.py: its loop and iter_num are the module's
+            notes.append(
+                _(
+                    "The training loop runs at the top level of {file} (not in a function): "
+                    "py-spy reads a function's local variables, not a module's, so its "
+                    "counter cannot be read from outside and the step rate is unknown. "
+                    "`gpudoctor run` counts its steps."
+                ).format(file=module.place.rsplit(":", 1)[0])
             )
-        )
+        else:
+            notes.append(
+                _(
+                    "No training-loop counter (a local named step, i, it, ...) rose between "
+                    "readings: the step rate is unknown."
+                )
+            )
     if timeline.exit is not None and timeline.exit.ended_by == "detached":
         notes.append(_("The doctor left; the job was left running, untouched."))
     elif timeline.exit is not None:
