@@ -1,36 +1,52 @@
 #!/usr/bin/env bash
 # GPU checks, run on a machine with an NVIDIA GPU (the device tool's machine):
-#   bash scripts/gpu_checks.sh OUTDIR
-# Records NVML readings (idle and under a CUDA job) for tests/fixtures, runs the GPU
-# sample jobs under the doctor (reports kept), then the `gpu`-marked tests.
+#   bash scripts/gpu_checks.sh OUTDIR [UPSTREAM]
+# 1. the GPU sample jobs under the doctor, reports kept; four of them with a profiler
+#    capture whose Chrome trace is kept (tiny kernels, fp32 GEMMs, pageable copies, host
+#    syncs: the GPU-timeline fixtures of issue 42);
+# 2. upstream training scripts on the GPU, plain and under the doctor (bench/clients,
+#    UPSTREAM the folder that holds their repositories), when UPSTREAM is given;
+# 3. the `gpu`-marked tests.
+# Everything lands in OUTDIR/res, packed as OUTDIR/results.tgz; the log in OUTDIR/gpu.log.
 set -u
 out=${1:-/tmp/gpu-out}
+up=${2:-}
 mkdir -p "$out/res"
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 py=python3
-doctor() { timeout 120 $py -m gpudoctor --store "$out/res/sessions.db" run --headless "$@"; echo "rc=$?"; }
+res=$out/res
+doctor() {
+  local name=$1; shift
+  timeout 150 $py -m gpudoctor --store "$res/sessions.db" run --headless \
+    --report "$res/$name.json" "$@" > "$res/$name.log" 2>&1
+  echo "$name: rc=$? $(tail -n 4 "$res/$name.log" | tr '\n' ' ' | cut -c1-400)"
+}
+trace() {  # NAME JOB ARGS...: a doctored run with 5 steps captured, the trace kept
+  local name=$1 job=$2; shift 2
+  doctor "$name" --profile-steps 5 --profile-trace "$res/trace_$name.json.gz" \
+    -- $py "sample_jobs/$job" --device cuda "$@"
+}
 {
-  date; nvidia-smi -L; $py -c "import torch, pynvml, psutil; print('torch', torch.__version__, torch.version.cuda)"
-  $py scripts/record_nvml.py --samples 3 --interval 0.3 --out "$out/res/nvml_idle.json"
-  # NVML under load: the healthy job on the GPU while the recorder samples.
-  ( $py sample_jobs/healthy.py --device cuda --seconds 12 --batch-size 4096 > "$out/res/load_job.log" 2>&1 & )
-  sleep 6
-  $py scripts/record_nvml.py --samples 8 --interval 0.5 --out "$out/res/nvml_load.json"
-  sleep 8
-  doctor --report "$out/res/healthy.json" -- $py sample_jobs/healthy.py --device cuda --seconds 10
-  doctor --report "$out/res/healthy_big.json" -- $py sample_jobs/healthy.py --device cuda --seconds 10 --batch-size 8192
-  doctor --report "$out/res/host_sync.json" -- $py sample_jobs/host_sync.py --device cuda --seconds 10
-  doctor --report "$out/res/convnet.json" -- $py sample_jobs/convnet.py --device cuda --seconds 10
-  doctor --report "$out/res/memory_pressure.json" -- $py sample_jobs/memory_pressure.py --device cuda --seconds 10
-  doctor --report "$out/res/dataloader_bound.json" -- $py sample_jobs/dataloader_bound.py --device cuda --seconds 10
-  doctor --report "$out/res/out_of_memory.json" -- $py sample_jobs/out_of_memory.py --device cuda
-  doctor --report "$out/res/eval.json" -- $py sample_jobs/eval_without_no_grad.py --device cuda --seconds 8
-  # two ranks on the GPU(s): NCCL when each rank has a GPU of its own, else gloo with
-  # CUDA tensors; with NCCL the all-reduce is asynchronous to the host, so where the
-  # fast ranks' wait shows (backward, or the next sync) is what this run is for
-  doctor --report "$out/res/ddp_straggler.json" -- "$(dirname "$(command -v $py)")/torchrun" \
-    --standalone --nproc_per_node 2 sample_jobs/ddp_straggler.py --device cuda
-  $py -m pytest -p no:cacheprovider -q -m gpu tests/test_gpu.py 2>&1 | tail -20
-  date
-} > "$out/gpu.log" 2>&1
+  date; nvidia-smi -L
+  $py -c "import torch, pynvml, psutil; print('torch', torch.__version__, torch.version.cuda)"
+  t0=$SECONDS
+  trace many_small_ops many_small_ops.py --seconds 8
+  trace fp32_gemm healthy.py --seconds 8 --batch-size 8192
+  trace pageable_copies dataloader_bound.py --seconds 8
+  trace host_sync host_sync.py --seconds 8
+  doctor eval -- $py sample_jobs/eval_without_no_grad.py --device cuda --seconds 8
+  echo "sample jobs: $((SECONDS - t0)) s"
+  if [ -n "$up" ]; then
+    t0=$SECONDS
+    timeout 240 $py bench/clients/run.py --repos "$up" --python "$(command -v $py)" \
+      --device cuda --only nanoGPT,chargpt,word_language_model,run_clm,lightning \
+      --out "$res/clients.jsonl" --table "$res/clients.md" 2>&1 | cut -c1-600
+    for d in /tmp/gpudoctor-clients-*/client-*; do  # each client's outputs, for a diff
+      mkdir -p "$res/clients/${d##*/}" && cp "$d"/*.out "$d"/*.err "$res/clients/${d##*/}/"
+    done
+    echo "clients: $((SECONDS - t0)) s"
+  fi
+  timeout 120 $py -m pytest -p no:cacheprovider -q -m gpu tests/test_gpu.py 2>&1 | tail -15
+  ls -la "$res"; date
+} 2>&1 | tee "$out/gpu.log"
 tar czf "$out/results.tgz" -C "$out" res

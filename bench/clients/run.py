@@ -8,10 +8,13 @@ repositories in first (any clone of them will do), then name the folder that hol
     python bench/clients/run.py --repos /tmp/up [--only nanoGPT,makemore] [--out FILE]
 
 It needs, beside the project's .venv: `pip install matplotlib datasets evaluate
-tensorboard` (pytorch/examples' time sequence example plots, makemore logs to
+tensorboard lightning` (pytorch/examples' time sequence example plots, makemore logs to
 tensorboard, Hugging Face's example loads its text through datasets). Hugging Face's
 run_clm.py is not in the snapshot the search tool can bring (the repository is over its
-size): put examples/pytorch/language-modeling/run_clm.py at REPOS/transformers/. Data they would download is made here from
+size): put examples/pytorch/language-modeling/run_clm.py at REPOS/transformers/.
+Lightning's examples/pytorch/basics/transformer.py goes at
+REPOS/lightning/examples/pytorch/basics/ (it needs `pip install lightning`). Data they
+would download is made here from
 text that ships with the repositories (ng-video-lecture's input.txt, the examples'
 wikitext-2 valid and test files), in a work folder outside the repositories.
 
@@ -41,10 +44,10 @@ PY = str(ROOT / ".venv" / "bin" / "python")
 
 # times, rates and dates in a script's output: they differ between any two runs
 _TIMES = re.compile(
-    r"(\d+(\.\d+)?\s*(ms|s|sec|seconds|it/s|s/it|samples/s|steps/s|%)\b)|"
+    r"(\d+(\.\d+)?(e[+-]?\d+)?\s*(ms|s|sec|seconds|it/s|s/it|samples/s|steps/s|%)\b)|"
     r"(time:?\s*\d+(\.\d+)?)|(\d\d:\d\d:\d\d)|(\d\d/\d\d/\d\d\d\d)|(mfu -?\d+(\.\d+)?)|"
-    r"((ms|s)/\w+\s+\d+(\.\d+)?)|(iter_dt \d+(\.\d+)?)|(\d\d:\d\d:\d\d([,.]\d+)?)|"
-    r"((runtime|per_second)['\"]?\s*[:=]\s*['\"]?[\d:.]+)|(\d+(\.\d+)?\s*[A-Za-z]+/s\b)"
+    r"((ms|s)/\w+\s+\d+(\.\d+)?)|(iter_dt \d+(\.\d+)?)|(\d+:\d\d:\d\d([,.]\d+)?)|"
+    r"((runtime|per_second)['\"]?\s*[:=]\s*['\"]?[\d:.]+(e[+-]?\d+)?)|(\d+(\.\d+)?\s*[A-Za-z]+/s\b)"
 )
 
 
@@ -70,6 +73,8 @@ class Client:
     env: dict[str, str] = field(default_factory=dict)
     # False: two plain runs print different things (a seed of its own each run)
     deterministic: bool = True
+    # where the script prints its own count: "stdout", or "both" (progress bars)
+    counts_on: str = "stdout"
 
 
 # -- data the scripts would download, made from text the repositories ship -------------
@@ -157,6 +162,41 @@ def _hf_text(repos: Path, work: Path) -> None:
     bpe.train([str(work / "train.txt")], vocab_size=500, special_tokens=["<|endoftext|>"])
     fast = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>")
     fast.save_pretrained(str(work / "tok"))
+
+
+LIGHTNING_SAMPLES = 4500  # WikiText2 samples of 35 tokens: the example holds out 4000
+
+
+def _lightning_text(repos: Path, work: Path) -> None:
+    """Lightning's WikiText2 demo data set (it downloads word_language_model's
+    train.txt to ./data/wikitext-2.txt unless the file is there): lines of the
+    examples' valid and test files, enough for LIGHTNING_SAMPLES samples, so that the
+    example's split leaves it 500 to train on (25 batches an epoch)."""
+    source = repos / "examples" / "word_language_model" / "data" / "wikitext-2"
+    lines = (source / "valid.txt").read_text().splitlines(True)
+    lines += (source / "test.txt").read_text().splitlines(True)
+    kept, tokens = [], 0
+    for line in lines:
+        if tokens >= (LIGHTNING_SAMPLES + 1) * 35:
+            break
+        kept.append(line)
+        tokens += len(line.split()) + 1
+    (work / "data").mkdir(exist_ok=True)
+    (work / "data" / "wikitext-2.txt").write_text("".join(kept))
+
+
+def _lightning_steps(out: str, work: Path) -> int:
+    """Training batches the Trainer ran, from its progress bar's last frame of each
+    epoch: tqdm's ("Epoch 19: 100%|...| 25/25", on stderr) or, where `rich` is
+    installed, rich's ("Epoch 19/19 ━━━━ 25/25", on stdout)."""
+    tqdm = re.findall(r"Epoch (\d+): 100%\|[^|\n]*\|\s*(\d+)/(\d+)", out)
+    rich = re.findall(r"Epoch (\d+)/\d+ \S+ (\d+)/(\d+)", out)
+    epochs = {int(e): int(n) for e, n, total in tqdm if n == total}
+    # rich leaves only the last epoch's bar when its output is not a terminal: each
+    # epoch ran that many batches (the example's loader is the same every epoch)
+    for e, n, total in rich[-1:]:
+        epochs.update(dict.fromkeys(range(int(e) + 1), int(n)) if n == total else {})
+    return sum(epochs.values())
 
 
 def _count_lines(pattern: str) -> Callable[[str, Path], int]:
@@ -339,21 +379,56 @@ CLIENTS = [
         setup=_hf_text,
         env={"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
     ),
+    Client(
+        "Lightning-AI/pytorch-lightning",
+        "lightning/examples/pytorch/basics/transformer.py",
+        [],  # 20 epochs, a validation pass after each, a test pass at the end
+        _lightning_steps,
+        setup=_lightning_text,
+        counts_on="both",
+    ),
 ]
 
 
-def run_one(c: Client, repos: Path, store: Path, keep: Path) -> dict[str, object]:
+# --device cuda: the options that keep a script on the CPU, and what puts it on the GPU
+# (scripts not named here pick the GPU by themselves when there is one, or stay on the
+# CPU whatever there is: regression and time_sequence_prediction)
+_ON_GPU = {"--device=cpu": ["--device=cuda"], "--use_cpu": []}
+_ON_GPU_AFTER = {"word_language_model": ["--accel"]}
+
+
+def on_device(c: Client, device: str) -> list[str]:
+    """The client's options for a run on DEVICE ("cpu" as written, or "cuda")."""
+    if device == "cpu":
+        return c.argv
+    argv: list[str] = []
+    for i, word in enumerate(c.argv):
+        if word == "cpu" and i and c.argv[i - 1] == "--device":
+            argv.append(device)
+        else:
+            argv.extend(_ON_GPU.get(word, [word]))
+    for name, extra in _ON_GPU_AFTER.items():
+        if name in c.script:
+            argv.extend(extra)
+    return argv
+
+
+def run_one(
+    c: Client, repos: Path, store: Path, keep: Path, device: str = "cpu"
+) -> dict[str, object]:
     work = Path(tempfile.mkdtemp(prefix="client-", dir=keep))
     c.setup(repos, work)
     script = repos / c.script
     env = {**os.environ, **{k: v.format(repos=repos) for k, v in c.env.items()}}
+    if "PYTHONPATH" in c.env and os.environ.get("PYTHONPATH"):  # the doctor's own stays
+        env["PYTHONPATH"] += os.pathsep + os.environ["PYTHONPATH"]
     env.pop("GPUDOCTOR_SOCKET", None)
-    argv = [PY, str(script), *c.argv]
+    argv = [PY, str(script), *on_device(c, device)]
 
     def fresh() -> Path:
         out = work / "run"
         shutil.rmtree(out, ignore_errors=True)
-        for leftover in ("out", "out-shakespeare-char"):
+        for leftover in ("out", "out-shakespeare-char", "lightning_logs"):
             shutil.rmtree(work / leftover, ignore_errors=True)
         out.mkdir()
         return out
@@ -380,7 +455,8 @@ def run_one(c: Client, repos: Path, store: Path, keep: Path) -> dict[str, object
     job_err = "\n".join(lines[: ends[-1]] if ends else lines)
     # the script's own count in the run the doctor watched (a script that draws its own
     # random seed stops at another step each run)
-    theirs = c.own_count(doc.stdout, work) if doc.returncode == 0 else -1
+    own = doc.stdout if c.counts_on == "stdout" else doc.stdout + "\n" + job_err
+    theirs = c.own_count(own, work) if doc.returncode == 0 else -1
     for name, text in (("plain.out", plain.stdout), ("plain.err", plain.stderr),
                        ("doctor.out", doc.stdout), ("doctor.err", job_err)):  # fmt: skip
         (work / name).write_text(text)
@@ -390,7 +466,7 @@ def run_one(c: Client, repos: Path, store: Path, keep: Path) -> dict[str, object
     return {
         "project": c.project,
         "script": c.script.split("/", 1)[1],
-        "command": " ".join([Path(c.script).name, *c.argv]),
+        "command": " ".join([Path(c.script).name, *on_device(c, device)]),
         "exit": f"{plain.returncode}/{doc.returncode}",
         "stdout_same": (
             normalise(plain.stdout) == normalise(doc.stdout) if c.deterministic else "n/a"
@@ -425,12 +501,16 @@ def table(rows: list[dict[str, object]]) -> str:
 
 
 def main() -> None:
+    global PY
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repos", type=Path, required=True)
     parser.add_argument("--only", default="", help="projects or scripts, comma-separated")
     parser.add_argument("--out", type=Path, help="the rows as JSON lines")
     parser.add_argument("--table", type=Path, help="the rows as a Markdown table")
+    parser.add_argument("--python", help="the Python that runs job and doctor")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     args = parser.parse_args()
+    PY = args.python or PY
     keep = Path(tempfile.mkdtemp(prefix="gpudoctor-clients-"))
     store = keep / "store.db"
     wanted = [w for w in args.only.split(",") if w]
@@ -438,7 +518,7 @@ def main() -> None:
     for c in CLIENTS:
         if wanted and not any(w in c.project or w in c.script for w in wanted):
             continue
-        row = run_one(c, args.repos.resolve(), store, keep)
+        row = run_one(c, args.repos.resolve(), store, keep, args.device)
         rows.append(row)
         print(json.dumps(row), flush=True)
     if args.out:
