@@ -37,6 +37,7 @@ COMMANDS = {
     "attach": ("sessions", "attach"),
     "remedies": ("catalogue", "remedies"),
     "guide": ("catalogue", "guide"),
+    "trace": ("trace", "command"),
 }
 
 

@@ -180,6 +180,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     watch.add_argument("--metrics", metavar="[HOST:]PORT", help=metrics_help)
 
+    trace = add(
+        "trace",
+        _("the GPU timeline of torch.profiler / Kineto traces: where the GPU's time goes, why "
+        "it idles, and what to do"),
+    )  # fmt: skip
+    trace.add_argument(
+        "paths", nargs="+", type=Path, metavar="PATH",
+        help=_("a trace (.json or .json.gz), or a folder of them (one per rank)"),
+    )  # fmt: skip
+    trace.add_argument("--json", action="store_true", help=_("print the analysis as JSON"))
+    trace.add_argument(
+        "--lang",
+        choices=("en", "zh"),
+        default=None,
+        help=_("language of what the doctor writes (default: the locale)"),
+    )
+
     trial = add(
         "trial", _("A/B: the job as it is, then with a remedy applied; the measured speedup")
     )

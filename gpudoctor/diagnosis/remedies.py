@@ -238,6 +238,23 @@ CATALOGUE: dict[str, Remedy] = {
             changes_numerics=True,
         ),
         _r(
+            "cuda-graphs",
+            "compile",
+            ("Replay the step as a CUDA graph", "用 CUDA Graph 重放一步"),
+            (
+                "When a step is many short kernels, launching them costs more than running "
+                "them. torch.compile's reduce-overhead mode records the step's kernels once as "
+                "CUDA graphs and launches each graph with one call. It needs the same shapes "
+                "every step; measure it with a rerun.",
+                "一步由大量短内核组成时，启动它们比运行它们还费时。torch.compile 的 "
+                "reduce-overhead 模式把一步的内核录制成 CUDA Graph，之后每个图只需一次调用即可"
+                "启动。它要求每步的形状相同；请通过重跑实测效果。",
+            ),
+            'model = torch.compile(model, mode="reduce-overhead")',
+            beyond_guide=True,
+            changes_numerics=True,
+        ),
+        _r(
             "tf32-matmul",
             "amp",
             ("Let float32 matmuls use TF32", "让 float32 矩阵乘法使用 TF32"),
