@@ -24,6 +24,7 @@ import psutil
 
 from gpudoctor import jsontext
 from gpudoctor.compaction import KINDS, PASS_BYTES, PASS_RECORDS, Compactor, apply_rollup
+from gpudoctor.diagnosis.gpu_timeline import RankTimeline
 from gpudoctor.diagnosis.ranks import RankSummary
 from gpudoctor.i18n import _
 from gpudoctor.model import (
@@ -593,6 +594,9 @@ def apply_record(timeline: Timeline, kind: str, data: Any) -> None:
     elif kind == "cpu_peak":
         with contextlib.suppress(KeyError, TypeError, ValueError):
             timeline.cpu_peak = CpuPeak.from_dict(data)
+    elif kind == "gpu_timeline":  # a profiler capture's trace, read (jobs/captures.py)
+        with contextlib.suppress(KeyError, TypeError, ValueError):
+            timeline.gpu_timelines[int(data["pid"])] = RankTimeline.from_dict(data["timeline"])
     elif kind == "output":
         timeline.output_log = data.get("path", timeline.output_log)
         timeline.output_rotations = int(data.get("rotations", timeline.output_rotations))

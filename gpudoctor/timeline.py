@@ -13,6 +13,7 @@ from functools import partial
 from itertools import islice
 from typing import Any
 
+from gpudoctor.diagnosis.gpu_timeline import RankTimeline
 from gpudoctor.diagnosis.ranks import RankSummary
 from gpudoctor.diagnosis.rollup import StepRollup
 from gpudoctor.diagnosis.window import WARMUP_STEPS, Window
@@ -141,6 +142,8 @@ class Timeline:
     remote_ranks: dict[str, tuple[RankSummary, ...]] = field(default_factory=dict)
     # a CPU job's peak, measured by the doctor before it launched the job (no GPU)
     cpu_peak: CpuPeak | None = None
+    # each process's latest profiler capture, read as a GPU timeline (jobs/captures.py)
+    gpu_timelines: dict[int, RankTimeline] = field(default_factory=dict)
     # when each profiler capture's result arrived (the newest reading then: a marker)
     profiles: list[int] = field(default_factory=list)
 
@@ -342,6 +345,7 @@ class Timeline:
             hostname=self.hostname,
             remote_ranks=tuple(r for ranks in self.remote_ranks.values() for r in ranks),
             cpu_peak=self.cpu_peak,
+            gpu_timeline=self.gpu_timelines.get(main) if main is not None else None,
         )
 
 

@@ -19,10 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FIXTURES, doctor
+from conftest import FIXTURES, PY, SAMPLES, doctor, load_recorded_session
 
 from gpudoctor.diagnosis.gpu_timeline import analyse, is_fp32_matmul, kernel_kind
+from gpudoctor.report.build import build
+from gpudoctor.report.render import summary
 from gpudoctor.sources import kineto
+from gpudoctor.store import apply_record
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
 H200 = FIXTURES / "traces"
@@ -196,3 +199,41 @@ def test_in_chinese() -> None:
     out = proc.stdout
     assert "GPU 时间线" in out and "launch-bound" in out
     assert "The GPU waits for kernel launches" not in out
+
+
+def test_a_capture_of_a_run_is_read_as_its_gpu_timeline(tmp_path: Path) -> None:
+    """`run --profile-steps`: the capture's trace is kept beside the store, read as the
+    GPU timeline, recorded, and in the report (here a CPU job: a CPU-only capture)."""
+    store = tmp_path / "s.db"
+    report = tmp_path / "r.json"
+    proc = doctor(
+        "--store", str(store), "run", "--headless", "--report", str(report),
+        "--profile-steps", "5", "--", PY, str(SAMPLES / "healthy.py"), "--steps", "60",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    timeline = json.loads(report.read_text())["gpu_timeline"]
+    kept = Path(timeline["path"])
+    assert kept.parent == tmp_path / "traces" and kept.exists()
+    assert oct(kept.stat().st_mode & 0o777) == "0o600"
+    assert timeline["span_us"] is None and timeline["cpu_ops"] > 0 and timeline["steps"] == 4
+    assert "GPU timeline of the capture: no GPU events" in proc.stderr
+    # read back from the store as the report is built again later
+    again = doctor("--store", str(store), "report", "last", "--format", "json")
+    assert json.loads(again.stdout)["gpu_timeline"] == timeline
+
+
+def test_a_gpu_capture_joins_the_live_findings() -> None:
+    """A recorded H200 session with a capture of a launch-bound job's steps: the
+    timeline's findings join the live ones (the live rule's host-sync stays the live
+    one), through the store's record of it."""
+    timeline = load_recorded_session("host_sync")
+    main = timeline.main_pid()
+    assert main is not None
+    analysed = analyse(kineto.read(H200 / "h200_many_small_ops.json.gz"))
+    apply_record(timeline, "gpu_timeline", {"pid": main, "timeline": analysed.to_dict()})
+    report = build(timeline, 7, "en")
+    ids = [f.id for f in report.findings]
+    assert "launch-bound" in ids and ids.count("host-sync") == 1
+    data = report.to_dict()
+    assert data["gpu_timeline"]["kernels_per_step"] == pytest.approx(251)
+    assert "GPU timeline of the capture: compute 2%" in summary(report)

@@ -25,6 +25,7 @@ from gpudoctor.diagnosis.rules import (
     small_batch,
     straggler,
 )
+from gpudoctor.diagnosis.timeline_rules import diagnose as diagnose_timeline
 from gpudoctor.diagnosis.window import Window
 from gpudoctor.i18n import _
 from gpudoctor.model import Finding
@@ -72,6 +73,11 @@ def diagnose(window: Window) -> list[Finding]:
         if window.estimated and getattr(rule, "STEP_SIGNALS", False):
             finding = dataclasses.replace(finding, confidence="estimated")
         findings.append(finding)
+    if window.gpu_timeline is not None:
+        # a profiler capture read as the GPU's timeline: what it finds that the live rules
+        # did not (host-sync and pageable-copies are both's: the live rule's stays)
+        live = {f.id for f in findings}
+        findings += [f for f in diagnose_timeline(window.gpu_timeline) if f.id not in live]
     findings = _explain_low_util(findings)
     return rank(findings)
 

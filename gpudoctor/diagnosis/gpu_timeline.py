@@ -31,10 +31,12 @@ Times are microseconds, as in the trace.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 # HTA's consecutive_kernel_delay default (30, in the trace's microseconds)
 KERNEL_WAIT_US = 30.0
@@ -156,6 +158,21 @@ class RankTimeline:
     sync_calls: tuple[tuple[str, int, float], ...]  # (name, count, total us) host syncs
     cpu_ops: int
     top_cpu_ops: tuple[tuple[str, int, float], ...]  # (name, calls, us): a CPU-only trace
+
+    def to_dict(self) -> dict[str, Any]:
+        """As stored (the session's record of a capture), read back by from_dict."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RankTimeline:
+        d = dict(d)
+        d["idle"] = tuple(StreamIdle(**s) for s in d["idle"])
+        d["gpu_idle"] = StreamIdle(**d["gpu_idle"])
+        d["top_kernels"] = tuple(KernelTime(**k) for k in d["top_kernels"])
+        d["sync_calls"] = tuple(tuple(c) for c in d["sync_calls"])
+        d["top_cpu_ops"] = tuple(tuple(c) for c in d["top_cpu_ops"])
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
 
     def pct(self, us: float | None) -> float | None:
         if us is None or not self.span_us:

@@ -12,6 +12,7 @@ from functools import cached_property
 from itertools import compress
 from typing import TYPE_CHECKING, Any
 
+from gpudoctor.diagnosis.gpu_timeline import RankTimeline
 from gpudoctor.diagnosis.hotspots import Hotspots, hotspots
 from gpudoctor.diagnosis.ledger import Ledger, ledger
 from gpudoctor.diagnosis.rollup import StepRollup
@@ -160,7 +161,9 @@ class Window:
     rollup: StepRollup | None = None
     hostname: str | None = None  # this node
     remote_ranks: tuple[RankSummary, ...] = ()  # the other nodes' ranks, as sent
-    cpu_peak: CpuPeak | None = None  # a CPU job's peak (speed_of_light.py)
+    cpu_peak: CpuPeak | None = None
+    # the main process's latest profiler capture, read as a GPU timeline
+    gpu_timeline: RankTimeline | None = None  # a CPU job's peak (speed_of_light.py)
 
     # -- steps -------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ so the job's next print cannot fail if the doctor dies.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import signal
@@ -18,14 +19,16 @@ from pathlib import Path
 from typing import IO, Any
 
 from gpudoctor import probe, run_folders
+from gpudoctor.diagnosis.gpu_timeline import RankTimeline
 from gpudoctor.diagnosis.ranks import RankSummary, rank_summaries
 from gpudoctor.diagnosis.window import WARMUP_STEPS
 from gpudoctor.i18n import _
+from gpudoctor.jobs.captures import Captures, keep
 from gpudoctor.jobs.source import Recorder
 from gpudoctor.model import EndedBy, HotspotChunk, JobExit
 from gpudoctor.output_log import OutputLog
 from gpudoctor.probe import ENV_DOCTOR_PID, ENV_SOCKET
-from gpudoctor.probe.profile import ENV_CONTROL
+from gpudoctor.probe.profile import ENV_CONTROL, ENV_PROFILE_TRACE_DIR
 from gpudoctor.sources import cpu_peak
 from gpudoctor.sources.host import HostReader
 from gpudoctor.sources.hotspots import HotspotSampler
@@ -42,6 +45,8 @@ STOP_ESCALATION_S = ((10.0, signal.SIGTERM), (15.0, signal.SIGKILL))
 # each over its ranks' recent steps.
 EXCHANGE_S = 2.0
 EXCHANGE_STEPS = 500
+# At the job's end, a capture's trace still being read is waited for this long.
+CAPTURE_WAIT_S = 30.0
 
 
 class LaunchError(Exception):
@@ -98,6 +103,8 @@ class LaunchedJob(Recorder):
         # py-spy, from outside, once the job is in its steady steps: which lines of the
         # user's code the time outside the model goes to (sources/hotspots.py)
         self.lines = HotspotSampler(py_spy) if py_spy else None
+        # profiler captures' traces, read as GPU timelines as they come (jobs/captures.py)
+        self.captures = Captures()
 
     @property
     def job_pid(self) -> int | None:
@@ -115,6 +122,7 @@ class LaunchedJob(Recorder):
                     **probe_env(self.server.path),
                     ENV_DOCTOR_PID: str(os.getpid()),
                     ENV_CONTROL: self.control_path,
+                    ENV_PROFILE_TRACE_DIR: self._dir,
                     **self.extra_env,
                 },
                 stdin=subprocess.DEVNULL if self.own_terminal else None,
@@ -182,6 +190,7 @@ class LaunchedJob(Recorder):
         self._read_pages()
         if self.lines is not None:  # the samples since the last whole chunk
             self._keep_lines(self.lines.finish())
+        self._keep_captures(self.captures.finish(self.timeline.facts, CAPTURE_WAIT_S))
         return self.proc.returncode
 
     def _drain(self) -> None:
@@ -202,6 +211,7 @@ class LaunchedJob(Recorder):
             self._note_output()
         if self.lines is not None:
             self._sample_lines(self.lines)
+        self._keep_captures(self.captures.poll(self.timeline.facts))
         if self.exchange is not None and time.monotonic() - self._exchanged >= EXCHANGE_S:
             self._exchange_ranks(self.exchange)
         if not self.server.still_bound():  # removed by someone: made again
@@ -246,6 +256,18 @@ class LaunchedJob(Recorder):
         if chunk is not None:
             self.timeline.hotspots.append(chunk)
             self.store.add(self.session_id, "hotspots", chunk.t_end_mono_ns, encode(chunk))
+
+    def _keep_captures(self, found: list[tuple[int, RankTimeline]]) -> None:
+        assert self.session_id is not None
+        for pid, analysed in found:
+            capture = (self.timeline.facts.get(pid, {}).get("profile") or {}).get("capture", 0)
+            name = f"session-{self.session_id}-pid-{pid}-capture-{capture}.json.gz"
+            if Path(analysed.path).parent == Path(self._dir):  # ours: kept by the store
+                kept = keep(Path(analysed.path), Path(self.store.path).parent / "traces", name)
+                analysed = dataclasses.replace(analysed, path=str(kept) if kept else "")
+            self.timeline.gpu_timelines[pid] = analysed
+            record = {"pid": pid, "timeline": analysed.to_dict()}
+            self.store.add(self.session_id, "gpu_timeline", time.monotonic_ns(), record)
 
     def _note_output(self) -> None:
         """Where the job's output is kept, and how often it was rotated (a record)."""

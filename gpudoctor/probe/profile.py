@@ -5,9 +5,10 @@ Asked at launch (`gpudoctor run --profile-steps N`: env GPUDOCTOR_PROFILE_STEPS,
 the warm-up) or later (the TUI's `p`: the doctor writes N into the file named by
 GPUDOCTOR_CONTROL, which the agent looks for at most twice a second, on a step measured
 in detail). The result is the guide's `key_averages()` table, top operators by device
-time (CPU time on a CPU job), sent as the fact "profile"; a Chrome trace is written only
-when GPUDOCTOR_PROFILE_TRACE names a file. Each captured step is marked in the trace as
-torch.profiler's own schedule marks it (a `ProfilerStep#N` range, N the job's step), so
+time (CPU time on a CPU job), sent as the fact "profile"; the Chrome trace is written to
+the file GPUDOCTOR_PROFILE_TRACE names, else to capture-N.json.gz in the folder
+GPUDOCTOR_PROFILE_TRACE_DIR names (the doctor's, which reads the GPU timeline from it).
+Each captured step is marked in the trace as torch.profiler's own schedule marks it (a `ProfilerStep#N` range, N the job's step), so
 that trace readers (Holistic Trace Analysis, Perfetto, `gpudoctor trace`) find the steps.
 """
 
@@ -18,6 +19,9 @@ from typing import Any
 
 ENV_PROFILE_STEPS = "GPUDOCTOR_PROFILE_STEPS"
 ENV_PROFILE_TRACE = "GPUDOCTOR_PROFILE_TRACE"
+# where the doctor wants each capture's trace when the person named no file (its own
+# run folder: it reads the GPU timeline from it, diagnosis/gpu_timeline.py)
+ENV_PROFILE_TRACE_DIR = "GPUDOCTOR_PROFILE_TRACE_DIR"
 ENV_CONTROL = "GPUDOCTOR_CONTROL"
 START_AFTER_STEPS = 5  # warm-up, as the doctor's diagnosis counts it
 CONTROL_EVERY_NS = 500_000_000
@@ -31,6 +35,7 @@ class Profiling:
     def __init__(self) -> None:
         self.pending = _int(os.environ.get(ENV_PROFILE_STEPS))
         self.trace = os.environ.get(ENV_PROFILE_TRACE) or None
+        self.trace_dir = os.environ.get(ENV_PROFILE_TRACE_DIR) or None
         self.control = os.environ.get(ENV_CONTROL) or None
         self.next_check_ns = 0
         self.profiler: Any = None
@@ -98,9 +103,12 @@ class Profiling:
         table = summarize(profiler.key_averages())
         steps = agent.facts.get("profile_status", {}).get("steps")
         result = {"capture": self.captures, "steps": steps, **table}
-        if self.trace:
-            profiler.export_chrome_trace(self.trace)
-            result["trace"] = self.trace
+        trace = self.trace
+        if trace is None and self.trace_dir is not None:
+            trace = os.path.join(self.trace_dir, f"capture-{self.captures}.json.gz")
+        if trace:
+            profiler.export_chrome_trace(trace)
+            result["trace"] = trace
         agent.fact("profile", result)
         agent.fact("profile_status", {"state": "done", "steps": steps})
 

@@ -19,6 +19,7 @@ from gpudoctor.prescribe.how import how
 from gpudoctor.prescribe.predict import first_remedy
 from gpudoctor.probe.clock import MAX_BUFFERED_STEPS
 from gpudoctor.redact import redact_argv, redact_facts, redact_text
+from gpudoctor.report.gpu_timeline import rank_dict
 from gpudoctor.report.values import (
     DoctorInfo,
     FindingLine,
@@ -137,6 +138,7 @@ def build(timeline: Timeline, session_id: int | None, lang: str = "en") -> Repor
         hotspot_samples=window.hotspots.main_samples if window.hotspots else 0,
         speed_of_light=_speed_of_light(window),
         ledger=window.ledger.to_dict() if window.ledger is not None else None,
+        gpu_timeline=rank_dict(window.gpu_timeline) if window.gpu_timeline is not None else None,
     )
 
 

@@ -6,7 +6,7 @@ look of the end-of-run summary. A figure that cannot be computed from a trace is
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpudoctor.diagnosis.gpu_timeline import (
@@ -76,7 +76,7 @@ class TraceReport:
     def to_dict(self) -> dict[str, Any]:
         s = self.straggler
         return {
-            "ranks": [_rank_dict(r) for r in self.ranks],
+            "ranks": [rank_dict(r) for r in self.ranks],
             "straggler": None
             if s is None
             else {
@@ -142,7 +142,7 @@ def _short(name: str) -> str:
     return name if len(name) <= NAME_WIDTH else name[: NAME_WIDTH - 1] + "…"
 
 
-def _rank_dict(r: RankTimeline) -> dict[str, Any]:
+def rank_dict(r: RankTimeline) -> dict[str, Any]:
     return {
         "rank": r.rank,
         "path": r.path,
@@ -282,3 +282,25 @@ def _rank_lines(r: RankTimeline) -> list[str]:
                 f"      {k.share_pct:5.1f}%  {ms_text(k.time_us * 1e-3):>10}  {_short(k.name)}"
             )
     return lines
+
+
+def timeline_words(d: Mapping[str, Any]) -> str:
+    """One line of a report's `gpu_timeline`: where the captured steps' GPU time went."""
+    t = d.get("temporal") or {}
+    if t.get("idle_pct") is None:
+        return _("GPU timeline of the capture: no GPU events (a CPU-only capture)")
+    idle = d.get("gpu_idle") or {}
+    span = float(d.get("span_us") or 0.0)
+    host = 100.0 * float(idle.get("host_wait_us") or 0.0) / span if span else 0.0
+    words = _(
+        "GPU timeline of the capture: compute {compute:.0f}%, communication and memory "
+        "{other:.0f}%, idle {idle:.0f}% ({host:.0f}% waiting for the host)"
+    ).format(
+        compute=t.get("compute_pct") or 0.0, other=t.get("non_compute_pct") or 0.0,
+        idle=t["idle_pct"], host=host,
+    )  # fmt: skip
+    if d.get("kernels_per_step") is not None:
+        words += _("; {n:.0f} kernels a step, {median} median").format(
+            n=d["kernels_per_step"], median=ms_text(float(d.get("kernel_median_us") or 0) * 1e-3)
+        )
+    return words

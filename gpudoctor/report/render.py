@@ -14,6 +14,7 @@ from gpudoctor.prescribe.predict import Prediction
 from gpudoctor.prescribe.trial import Comparison, TrialResult
 from gpudoctor.prescribe.visit import FixResult, FixStep
 from gpudoctor.redact import redact_argv, redact_text
+from gpudoctor.report.gpu_timeline import timeline_words
 from gpudoctor.report.values import SCHEMA, HotspotLine, Json, Profile, Report, StepMeasures
 from gpudoctor.units import cell_width, flop_text, ms_text, pad, rate_text, seconds_text
 
@@ -103,8 +104,11 @@ def summary(report: Report) -> str:
             lines.append(
                 f"      {op.self_time_us(p.sort):>10.0f} us  {op.calls:>6} calls  {op.name}"
             )
-        if p.trace:
-            lines.append(f"      trace: {p.trace}")
+        trace = (report.gpu_timeline or {}).get("path") if report.gpu_timeline else p.trace
+        if trace:
+            lines.append(f"      trace: {trace}")
+    if report.gpu_timeline is not None:
+        lines.append(f"  {timeline_words(report.gpu_timeline)}")
     if report.hotspots:
         lines.append(
             "  "
@@ -256,6 +260,8 @@ def markdown(report: Report) -> str:
                 f"| `{op.name}` | {op.calls} | {op.self_cpu_time_total_us} | "
                 f"{op.self_device_time_total_us} |"
             )
+    if report.gpu_timeline is not None:
+        lines += ["", timeline_words(report.gpu_timeline) + "."]
     if report.hotspots:
         lines += ["", _("## Where the time outside the model goes"), ""]
         lines += [_("From {source}.").format(source=hotspot_source(report)), ""]

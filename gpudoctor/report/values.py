@@ -379,6 +379,9 @@ class Report:
     speed_of_light: Mapping[str, Json] | None = None
     # where the wall time went (diagnosis/ledger.py); None before the first step
     ledger: Mapping[str, Json] | None = None
+    # the latest profiler capture read as the GPU's timeline (`gpudoctor trace`'s rank
+    # form); None when nothing was captured (the key is then left out)
+    gpu_timeline: Mapping[str, Json] | None = None
 
     @property
     def watched(self) -> bool:
@@ -422,6 +425,7 @@ class Report:
                 else {}
             ),
             **({"ledger": dict(self.ledger)} if self.ledger is not None else {}),
+            **({"gpu_timeline": dict(self.gpu_timeline)} if self.gpu_timeline is not None else {}),
         }
 
     def to_json(self) -> str:
