@@ -190,3 +190,28 @@ def test_the_dataset_root_is_seen_and_named_in_the_local_ssd_snippet(tmp_path: P
     assert loaders[0]["root"] == str(data)
     facts = {"dataloaders": loaders}
     assert fitted_snippet("local-ssd", facts, 2).startswith(f"rsync -a {data}/ /path/to/local")
+
+
+def test_the_readme_is_what_a_new_user_needs_first_and_links_the_rest() -> None:
+    """Issue 40: the README was 45 KB and the first command was found by scrolling. It
+    holds what the first ten minutes need (the two commands, how to call the installed
+    doctor, every command) under 15,000 bytes; every page it links exists and links
+    back; every command of `gpudoctor --help` is in it."""
+    root = Path(__file__).resolve().parent.parent
+    readme = (root / "README.md").read_text()
+    assert len(readme.encode()) < 15_000
+    head = readme[: readme.index("## Using it")]
+    assert "bash scripts/demo.sh" in head and "bash scripts/test.sh" in head
+    assert ".venv/bin/gpudoctor" in head and ". .venv/bin/activate" in head
+    import re
+
+    links = re.findall(r"\]\((docs/[^)]+)\)", readme)
+    assert len(links) >= 8
+    for link in links:
+        page = root / link
+        assert page.exists(), link
+        assert "(../README.md)" in page.read_text(), link
+    from gpudoctor.cli import COMMANDS
+
+    for name in COMMANDS:
+        assert f"gpudoctor {name}" in readme, name
