@@ -98,6 +98,21 @@ def test_history_and_report_rebuild_the_same_findings(tmp_path: Path) -> None:
     assert again["findings"] == report["findings"] and again["steps"] == report["steps"]
     markdown = doctor("report", "last")
     assert markdown.returncode == 0 and "**out-of-memory** (high)" in markdown.stdout
+    # issue 40, point 13: to a file, its format from the suffix, under any of the names a
+    # person tries (-o, --output, --report as `run` has it); --lang before the command
+    for flag, name in (("-o", "r.html"), ("--output", "r.json"), ("--report", "r.md")):
+        written = doctor("report", "last", flag, str(tmp_path / name))
+        assert written.returncode == 0 and written.stdout == "", written.stderr
+        assert f"report written to {tmp_path / name}" in written.stderr
+    assert (tmp_path / "r.html").read_text().startswith("<!DOCTYPE html>")
+    assert json.loads((tmp_path / "r.json").read_text())["findings"] == report["findings"]
+    assert "**out-of-memory** (high)" in (tmp_path / "r.md").read_text()
+    nowhere = doctor("report", "last", "-o", str(tmp_path / "no" / "r.md"))
+    assert nowhere.returncode == 2 and "no such folder for --output" in nowhere.stderr
+    chinese = doctor("--lang", "zh", "report", "last")
+    assert chinese.returncode == 0 and "# gpudoctor 报告" in chinese.stdout
+    missing = doctor("--lang", "zh", "report", "9999")
+    assert missing.returncode == 2 and "没有会话 9999" in missing.stderr
 
 
 def test_remedies_in_both_languages() -> None:

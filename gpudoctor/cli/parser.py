@@ -99,6 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
         help=_("show program's version number and exit"),
     )  # fmt: skip
     parser.add_argument("--store", type=Path, help=store_help)
+    parser.add_argument(
+        "--lang", choices=("en", "zh"), default=None,
+        help=_("language of what the doctor writes (default: the locale)"),
+    )  # fmt: skip
     sub = parser.add_subparsers(dest="command_name", metavar="COMMAND", parser_class=_Parser)
 
     def add(name: str, help: str) -> argparse.ArgumentParser:
@@ -299,8 +303,13 @@ def build_parser() -> argparse.ArgumentParser:
     report = add("report", _("rebuild the report of a recorded session"))
     report.add_argument("session", help=_("session id (see `gpudoctor history`), or `last`"))
     report.add_argument(
-        "--format", choices=("md", "json", "html"), default="md",
-        help=_("html: one self-contained page with the run over time as charts"),
+        "--format", choices=("md", "json", "html"), default=None,
+        help=_("html: one self-contained page with the run over time as charts (default: "
+        "from the --output file's suffix, else md)"),
+    )  # fmt: skip
+    report.add_argument(
+        "-o", "--output", "--report", type=Path, metavar="FILE", dest="output",
+        help=_("write the report to FILE (.md, .json or .html) instead of printing it"),
     )  # fmt: skip
     report.add_argument(
         "--svg", type=Path, metavar="FILE.svg",
@@ -326,7 +335,20 @@ def build_parser() -> argparse.ArgumentParser:
     guide = add("guide", _("print a section of the guide the remedies cite (the list without one)"))
     guide.add_argument("section", nargs="?", help=_("a section id, e.g. dataloader"))
     guide.add_argument("--lang", choices=("en", "zh"), default=None)
+    # `gpudoctor --lang zh report 9` as `gpudoctor report 9 --lang zh`: a command's own
+    # --lang, when not given, leaves the one given before the command as it is
+    for command in sub.choices.values():
+        _keep_outer_lang(command)
     return parser
+
+
+def _keep_outer_lang(command: argparse.ArgumentParser) -> None:
+    for action in command._actions:
+        if action.dest == "lang":
+            action.default = argparse.SUPPRESS
+        elif isinstance(action, argparse._SubParsersAction):
+            for inner in action.choices.values():
+                _keep_outer_lang(inner)
 
 
 def _whole(text: str) -> int:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import sys
 import time
 from pathlib import Path
@@ -79,7 +81,35 @@ def loaded(args: argparse.Namespace, name: str) -> tuple[int, Timeline]:
         store.close()
 
 
+_FORMATS = {".md": "md", ".json": "json", ".html": "html", ".htm": "html"}
+
+
 def report(args: argparse.Namespace) -> int:
+    output: Path | None = args.output
+    if args.format is None:
+        args.format = _FORMATS.get(output.suffix.lower(), "md") if output is not None else "md"
+    if output is not None and not output.parent.is_dir():
+        raise UsageError(
+            "gpudoctor report: "
+            + _("no such folder for --output: {folder}").format(folder=output.parent)
+        )
+    if output is None:
+        return _report(args)
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        code = _report(args)
+    try:
+        output.write_text(buffer.getvalue(), encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(
+            "gpudoctor report: "
+            + _("cannot write {path}: {why}").format(path=output, why=exc.strerror)
+        ) from None
+    print(_("gpudoctor: report written to {path}").format(path=output), file=sys.stderr)
+    return code
+
+
+def _report(args: argparse.Namespace) -> int:
     svg: Path | None = args.svg
     if svg is not None and (args.format != "md" or svg.suffix != ".svg"):
         raise UsageError(
