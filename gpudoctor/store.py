@@ -484,6 +484,18 @@ class Store:
             return 0
         return 0 if compactor.read_id == before else len(records)
 
+    def records_of_kind(self, kind: str) -> list[tuple[int, Any]]:
+        """Every session's records of one kind (the trials' outcomes), oldest first."""
+        try:
+            rows = self.db.execute(
+                "SELECT session_id, data FROM records WHERE kind=? ORDER BY id", (kind,)
+            ).fetchall()
+        except sqlite3.Error as exc:
+            raise StoreError(
+                _("cannot read the session store {path}: {why}").format(path=self.path, why=exc)
+            ) from None
+        return [(int(sid), json.loads(data)) for sid, data in rows]
+
     def records_of(self, session_id: int, kind: str) -> list[Any]:
         """The session's records of one kind (a trial's outcome on its last run), oldest
         first."""

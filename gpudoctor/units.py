@@ -64,6 +64,14 @@ def crop(text: str, width: int) -> str:
     return "".join(out)
 
 
+def clip(text: str, width: int) -> str:
+    """`text` in `width` terminal columns: cut with `…` when it does not fit (never cut
+    without saying so)."""
+    if cell_width(text) <= width:
+        return text
+    return crop(text, max(0, width - 1)) + "…"
+
+
 def pad(text: str, width: int, right: bool = False) -> str:
     """`text` filled with spaces to `width` terminal columns (on the left: `right`)."""
     fill = " " * max(0, width - cell_width(text))

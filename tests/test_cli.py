@@ -91,7 +91,7 @@ def test_history_and_report_rebuild_the_same_findings(tmp_path: Path) -> None:
     assert proc.returncode == 1 and finding_ids(report) == ["out-of-memory"]
     history = doctor("history")
     assert history.returncode == 0
-    assert f"{report['session']:>4}" in history.stdout and "oom (1)" in history.stdout
+    assert f"{report['session']:>5}" in history.stdout and "oom 1 " in history.stdout
     rebuilt = doctor("report", str(report["session"]), "--format", "json")
     assert rebuilt.returncode == 0
     again = json.loads(rebuilt.stdout)

@@ -151,7 +151,7 @@ def test_sighup_in_the_tui_records_on_and_a_second_terminal_attaches(tmp_path: P
     assert any("The terminal went away" in n for n in result["notes"])
     log = Path(result["doctor"]["output_log"])
     assert log.read_text() == expected()  # the job's output, whole, in its log
-    assert " exit (0) " in doctor("--store", str(store), "history").stdout
+    assert " exit 0 " in doctor("--store", str(store), "history").stdout
 
 
 # -- the store: full, locked ---------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from gpudoctor.prescribe.trial import Arm, Comparison, speedup, t975, t995, verd
 from gpudoctor.prescribe.visit import FixStep
 from gpudoctor.report.html import trial_part
 from gpudoctor.report.render import trial_document, trial_markdown, trial_text
+from gpudoctor.units import cell_width
 
 # a trial runs its job several times: the busy-neighbour trial below took 67 s on this
 # 2-core machine and 207 s with one more busy process in a session of its own (whose
@@ -109,6 +111,24 @@ def test_without_the_flag_the_probe_overrides_the_dataloader(tmp_path: Path) -> 
     assert result["commands"]["treatment"] == result["commands"]["baseline"]  # not edited
     assert "GPUDOCTOR_OVERRIDES=" in result["treatment_shown"]
     assert result["speedup"] >= 1.3 and result["verdict"] == "faster"
+    # `history`: the trial is one entry, its runs under it (issue 40, point 11), and no
+    # line is wider than the terminal: $COLUMNS off a terminal, 80 when it is unset
+    runs = result["baseline"]["sessions"] + result["treatment"]["sessions"]
+    for columns in ("80", "140", None):
+        env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+        if columns:
+            env["COLUMNS"] = columns
+        listed = doctor("history", env=env)
+        assert listed.returncode == 0, listed.stderr
+        lines = listed.stdout.splitlines()
+        assert max(cell_width(line) for line in lines) <= int(columns or 80), listed.stdout
+        assert "None" not in listed.stdout
+        entry = [line for line in lines if "trial of more-workers: 2 runs" in line]
+        head = [line for line in lines if " trial " in line and "x" in line]
+        assert head, listed.stdout
+        under = [line for line in lines if line.lstrip().startswith("└ ")]
+        assert sorted(int(line.split()[1]) for line in under) == sorted(runs)
+        assert entry or columns != "140"
 
 
 def test_more_workers_on_a_healthy_in_memory_job_is_no_gain(tmp_path: Path) -> None:

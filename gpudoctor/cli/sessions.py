@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from gpudoctor.app import errors, sessions
 from gpudoctor.cli.common import UsageError, lang_of, on_terminal, open_store, write_charts
@@ -15,9 +17,9 @@ from gpudoctor.i18n import _
 from gpudoctor.redact import redact_argv
 from gpudoctor.report.build import build
 from gpudoctor.report.render import markdown
-from gpudoctor.store import Store, StoreError
+from gpudoctor.store import SessionRow, Store, StoreError
 from gpudoctor.timeline import Timeline
-from gpudoctor.units import pad
+from gpudoctor.units import clip, pad, seconds_text
 
 
 def history(args: argparse.Namespace) -> int:
@@ -36,39 +38,124 @@ def history(args: argparse.Namespace) -> int:
         store.close()
 
 
+# history's columns (terminal cells): id, started, took, ended, steps, top finding; the
+# command takes the rest of the line, or a line of its own below narrower than WIDE
+_COLUMNS = (5, 11, 7, 12, 6, 26)
+WIDE = 120
+
+
 def _history(store: Store, limit: int) -> int:
     rows = store.sessions()
     if not rows:
         print(_("no recorded sessions in {path}").format(path=store.path))
         return 0
-    print(
-        "  ".join(
-            (
-                pad("id", 4, right=True), pad(_("started"), 16), pad(_("took"), 7, right=True),
-                pad(_("ended"), 22), pad(_("steps"), 6, right=True), pad(_("top finding"), 26),
-                _("command"),
-            )
-        )
-    )  # fmt: skip
-    for row in rows[:limit]:
-        started = time.strftime("%Y-%m-%d %H:%M", time.localtime(row.started_unix))
-        took = f"{row.duration_s:.0f}s" if row.duration_s is not None else "-"
-        steps = row.summary.get("steps")
-        if row.exit is not None:
-            ended = f"{row.exit.ended_by} ({row.exit.exit_code})"
-        else:  # still recorded (`gpudoctor attach ID`), or its doctor died
-            ended = _("live") if row.live else _("incomplete")
-            steps = store.counted_steps(row.id)
-            took = f"{time.time() - row.started_unix:.0f}s" if row.live else took
-        # a watched job's steps are not counted (py-spy samples them): "watch" says why
-        steps = ("watch" if row.summary.get("mode") == "watch" else "-") if steps is None else steps
-        top = row.summary.get("top_finding") or "-"
-        command = " ".join(redact_argv(row.command))
-        print(
-            f"{row.id:>4}  {started:16}  {took:>7}  {pad(ended, 22)}  {steps!s:>6}  {top:26}  "
-            f"{command[:60]}"
-        )
+    # the terminal's width; off a terminal $COLUMNS, else 80
+    width = shutil.get_terminal_size((80, 24)).columns
+    shown = rows[:limit]
+    # a trial is one entry, its runs under it: its record is on its last run
+    trials: dict[int, dict[str, Any]] = {}
+    run_of: dict[int, str] = {}
+    for row in shown:
+        for record in store.records_of(row.id, "trial"):
+            trials[row.id] = record
+            for side in ("baseline", "treatment"):
+                for sid in (record.get(side) or {}).get("sessions") or []:
+                    if isinstance(sid, int):
+                        run_of[sid] = side
+    by_id = {row.id: row for row in rows}
+    fixed = sum(_COLUMNS) + 2 * len(_COLUMNS)
+    wide = width >= WIDE
+    head = [_("id"), _("started"), _("took"), _("ended"), _("steps"), _("top finding")]
+    print(_line(head, _("command") if wide else "", width, fixed))
+    for row in shown:
+        if row.id in run_of and row.id not in trials:
+            continue  # shown under its trial
+        if row.id in trials:
+            _print_trial(row, trials[row.id], by_id, run_of, store, width, wide, fixed)
+            continue
+        cells, command = _session_cells(row, store)
+        _print_row(cells, command, width, wide, fixed)
     return 0
+
+
+def _session_cells(row: SessionRow, store: Store, top: str | None = None) -> tuple[list[str], str]:
+    started = time.strftime("%m-%d %H:%M", time.localtime(row.started_unix))
+    took = seconds_text(row.duration_s) if row.duration_s is not None else "-"
+    steps = row.summary.get("steps")
+    if row.exit is not None:
+        # the job's own code where it ended by itself; a stop the doctor made says so
+        code = row.exit.exit_code
+        own = row.exit.ended_by in ("exit", "exception", "oom") and code is not None
+        ended = f"{row.exit.ended_by} {code}" if own else row.exit.ended_by
+    else:  # still recorded (`gpudoctor attach ID`), or its doctor died
+        ended = _("live") if row.live else _("incomplete")
+        steps = store.counted_steps(row.id)
+        took = seconds_text(time.time() - row.started_unix) if row.live else took
+    # a watched job's steps are not counted (py-spy samples them): "watch" says why
+    steps = ("watch" if row.summary.get("mode") == "watch" else "-") if steps is None else steps
+    if top is None:
+        top = row.summary.get("top_finding") or "-"
+    return [str(row.id), started, took, ended, str(steps), top], " ".join(redact_argv(row.command))
+
+
+def _line(cells: list[str], command: str, width: int, fixed: int) -> str:
+    parts = [
+        pad(clip(c, w), w, right=i in (0, 2, 4))
+        for i, (c, w) in enumerate(zip(cells, _COLUMNS, strict=True))
+    ]
+    text = "  ".join(parts)
+    if command:
+        text += "  " + clip(command, max(10, width - fixed))
+    return text.rstrip()
+
+
+def _print_row(cells: list[str], command: str, width: int, wide: bool, fixed: int) -> None:
+    if wide:
+        print(_line(cells, command, width, fixed))
+    else:
+        print(_line(cells, "", width, fixed))
+        print("      " + clip(command, width - 6))
+
+
+def _print_trial(
+    row: SessionRow,
+    record: dict[str, Any],
+    by_id: dict[int, SessionRow],
+    run_of: dict[int, str],
+    store: Store,
+    width: int,
+    wide: bool,
+    fixed: int,
+) -> None:
+    """The trial as one entry (its measured speedup, what it applied), its runs under it."""
+    low, high = (record.get("ci95") or [None, None])[:2]
+    speedup = record.get("speedup")
+    verdict = (
+        f"x{speedup:.2f} ({low:.2f}-{high:.2f})"
+        if isinstance(speedup, (int, float)) and isinstance(low, (int, float))
+        and isinstance(high, (int, float))
+        else "-"
+    )  # fmt: skip
+    applied = ", ".join(
+        str(c.get("remedy") or c.get("id") or "?") for c in record.get("applied") or []
+    )
+    runs = sorted(
+        sid
+        for side in ("baseline", "treatment")
+        for sid in (record.get(side) or {}).get("sessions") or []
+        if isinstance(sid, int) and sid in by_id
+    )
+    first = by_id.get(runs[0]) if runs else row
+    started = time.strftime("%m-%d %H:%M", time.localtime((first or row).started_unix))
+    cells = [str(row.id), started, "", _("trial"), str(len(runs)), verdict]
+    what = _("trial of {remedy}: {runs} runs").format(remedy=applied or "?", runs=len(runs))
+    _print_row(cells, what, width, wide, fixed)
+    for sid in runs:
+        run = by_id[sid]
+        side = _("baseline") if run_of.get(sid) == "baseline" else _("treatment")
+        cells, command = _session_cells(run, store, top=side)
+        cells[0] = "└ " + cells[0]
+        _print_row(cells, command, width, wide, fixed)
 
 
 def loaded(args: argparse.Namespace, name: str) -> tuple[int, Timeline]:
