@@ -7,7 +7,7 @@ from itertools import islice, takewhile
 from gpudoctor.diagnosis.window import Window
 from gpudoctor.i18n import _
 from gpudoctor.timeline import Timeline
-from gpudoctor.units import ms_text
+from gpudoctor.units import cell_width, clip, ms_text
 
 RECENT_S = 5.0
 
@@ -16,7 +16,10 @@ RECENT_S = 5.0
 RECENT_CHUNKS = 2
 
 
-def status_line(timeline: Timeline) -> str:
+def status_line(timeline: Timeline, width: int | None = None) -> str:
+    """The line; within `width` terminal columns when given (the terminal's, so that it
+    never wraps): the job's CPU cores go first, then the step rate, then it is cut with
+    an ellipsis."""
     elapsed = timeline.duration_s()
     steps = timeline.main_steps()
     parts = [_("steps {n}").format(n=timeline.total_steps())]
@@ -46,10 +49,22 @@ def status_line(timeline: Timeline) -> str:
         cpu = sorted(h.cpu_pct for h in hosts)[len(hosts) // 2]
         cores = sorted(h.job_cpu_cores for h in hosts)[len(hosts) // 2]
         parts.append(_("CPU {cpu:.0f}% (job {cores:.1f} cores)").format(cpu=cpu, cores=cores))
+        short_cpu = _("CPU {cpu:.0f}%").format(cpu=cpu)
+    else:
+        short_cpu = None
     trouble = timeline.store_trouble()
     if trouble is not None:
         parts.append(_("store not written ({trouble}): kept in memory").format(trouble=trouble))
-    return f"[gpudoctor {elapsed:4.0f}s] " + " · ".join(parts)
+    head = f"[gpudoctor {elapsed:4.0f}s] "
+    line = head + " · ".join(parts)
+    if width is None or cell_width(line) <= width:
+        return line
+    if short_cpu is not None:  # the job's cores first
+        parts = [short_cpu if p.startswith(short_cpu) else p for p in parts]
+    rate = [p for p in parts if p.endswith("/s") and p[:-2].replace(".", "").isdigit()]
+    if cell_width(head + " · ".join(parts)) > width and rate:  # then the step rate
+        parts.remove(rate[0])
+    return clip(head + " · ".join(parts), width)
 
 
 def _stack_words(timeline: Timeline) -> list[str]:

@@ -215,3 +215,18 @@ def test_the_readme_is_what_a_new_user_needs_first_and_links_the_rest() -> None:
 
     for name in COMMANDS:
         assert f"gpudoctor {name}" in readme, name
+
+
+def test_the_headless_status_line_never_wraps() -> None:
+    """Issue 40, point 11: the status line was ~97 columns and wrapped at 80. Within the
+    width it is given: the job's cores go first, the step rate next, then an ellipsis."""
+    from gpudoctor.live import status_line
+
+    timeline = load_recorded_session("dataloader_bound")
+    whole = status_line(timeline)
+    assert cell_width(whole) > 80 and "(job " in whole
+    for width in (100, 80, 60, 40):
+        line = status_line(timeline, width)
+        assert cell_width(line) <= width, line
+        assert line.startswith("[gpudoctor") and ("…" in line or "…" not in whole)
+    assert "(job " not in status_line(timeline, 80)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -81,7 +82,9 @@ def command(args: argparse.Namespace) -> int:
 def print_status(timeline: Timeline) -> None:
     from gpudoctor.live import status_line
 
-    print(status_line(timeline), file=sys.stderr, flush=True)
+    # never wider than the terminal (a wrapped line is two): $COLUMNS off one, else 80
+    width = shutil.get_terminal_size((80, 24)).columns - 1
+    print(status_line(timeline, width), file=sys.stderr, flush=True)
 
 
 def show(result: running.RunResult, path: Path | None) -> int:
