@@ -252,6 +252,35 @@ def test_live_run_q_can_stop_the_job(tmp_path: Path) -> None:
         log.close()
 
 
+def test_the_quit_question_goes_when_the_job_ends_meanwhile(tmp_path: Path) -> None:
+    """Issue 40, point 2: q asked "still running" and, once the job had ended, kept
+    asking, and s no longer quit. The question goes when the job ends, the screen says
+    how it ended, and q quits."""
+    session, log_path, log = start_live(tmp_path, "--steps", "100000")
+    app = make_live_app(Follower(session, TerminalView(log_path)), "en")
+    assert session.proc is not None
+
+    async def drive() -> None:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await wait_for(pilot, lambda: app.snapshot is not None and app.snapshot.steps_total > 0)
+            await pilot.press("q")
+            assert isinstance(app.screen, QuitScreen)
+            session.signal_job(signal.SIGTERM)  # it ends by itself, the question still up
+            await wait_for(pilot, lambda: app.job_exit is not None)
+            await wait_for(pilot, lambda: not isinstance(app.screen, QuitScreen))
+            assert "q to quit" in str(app.sub_title)
+            await pilot.press("q")
+            await wait_for(pilot, lambda: app.return_value is not None)
+
+    try:
+        asyncio.run(drive())
+        assert app.return_value is not None and app.return_value.ended_by == "signal"
+    finally:
+        session.signal_job(signal.SIGKILL)
+        session.close()
+        log.close()
+
+
 def test_a_broken_loop_keeps_its_traceback_and_leaves_the_job_running(
     tmp_path: Path, monkeypatch: Any
 ) -> None:

@@ -325,6 +325,10 @@ class LiveApp(DoctorApp):
     def _on_job_exited(self, message: JobExited) -> None:
         self.job_exit = message.job_exit
         self.show(message.snapshot)
+        if isinstance(self.screen, QuitScreen):
+            # asked whether to stop a job that has ended meanwhile: nothing to stop or
+            # leave running; the question goes, and the screen says how it ended
+            self.screen.dismiss("ended")
         if self.quitting:
             self.exit(self.job_exit)
         # said in the header, where it hides nothing (a toast covered the findings)
@@ -389,6 +393,9 @@ class LiveApp(DoctorApp):
         self.push_screen(QuitScreen(), self._quit_choice)
 
     def _quit_choice(self, choice: str | None) -> None:
+        if self.job_exit is not None and choice in ("stop", "leave"):
+            self.exit(self.job_exit)  # it ended while the question was asked: quit
+            return
         if choice == "stop":
             self.quitting = True
             self.source.stop("signal")
