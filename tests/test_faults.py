@@ -412,3 +412,25 @@ def test_a_store_filling_up_under_the_tui_is_said_and_the_job_goes_on(tmp_path: 
         close(name, tmp_path)
         subprocess.run(["pkill", "-f", f"healthy.py --steps 100000 --seed {marker}"])
         subprocess.run(["umount", "-l", str(tiny)], capture_output=True)
+
+
+def test_a_headless_ctrl_c_says_nothing_inside_the_jobs_traceback(tmp_path: Path) -> None:
+    """Issue 40, point 13: the doctor's 'waiting for the job to stop' landed in the
+    middle of the job's KeyboardInterrupt traceback. A job that stops at once prints its
+    traceback alone; the doctor says it waits only for a job still there a moment on."""
+    script = tmp_path / "loop.py"
+    script.write_text(
+        "import time, sys\nprint('ready', flush=True)\n"
+        "while True:\n    time.sleep(0.01)\n"
+    )
+    proc = subprocess.Popen(
+        [PY, "-m", "gpudoctor", "run", "--headless", "--no-stacks", "--", PY, str(script)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == "ready\n"
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert "KeyboardInterrupt" in err
+    assert "waiting for the job to stop" not in err, err

@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import sys
+import threading
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -111,6 +112,10 @@ def show(result: running.RunResult, path: Path | None) -> int:
     return result.exit_code
 
 
+# after the first Ctrl-C, how long the job may take to stop before the doctor says it waits
+SAY_WAITING_AFTER_S = 1.5
+
+
 class ctrl_c_reaches_the_job:
     """While the job runs headless: Ctrl-C stops it politely (it reaches the job from the
     terminal too; when not, the doctor sends it), twice sends SIGTERM, three times
@@ -138,12 +143,23 @@ class ctrl_c_reaches_the_job:
         if self.presses == 1:
             if not terminal_delivered():
                 self.job.signal_job(signal.SIGINT)
+            # said only if the job is still there in a moment: a job that stops at once
+            # prints its own traceback now, and the line would land in the middle of it
+            timer = threading.Timer(SAY_WAITING_AFTER_S, self.say_waiting)
+            timer.daemon = True
+            timer.start()
+        else:
+            self.job.signal_job(signal.SIGTERM if self.presses == 2 else signal.SIGKILL)
+
+
+    def say_waiting(self) -> None:
+        proc = self.job.proc
+        if proc is not None and proc.poll() is None:
             print(
                 "\n" + _("gpudoctor: waiting for the job to stop (Ctrl-C again to force)"),
                 file=sys.stderr,
+                flush=True,
             )
-        else:
-            self.job.signal_job(signal.SIGTERM if self.presses == 2 else signal.SIGKILL)
 
 
 def terminal_delivered() -> bool:
