@@ -97,7 +97,7 @@ def evaluate(w: Window) -> Finding | None:
             else ""
         )
         evidence = _(
-            "{share:.0%} of the main thread's samples {where} (py-spy, {samples} samples)"
+            "{share:.0%} of the main thread's time {where} (py-spy, {samples} samples)"
             "{rate}; {detail}{busy}."
         ).format(
             share=fraction, where=where, samples=w.stack_total, rate=rate, detail=detail, busy=busy
