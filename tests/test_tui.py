@@ -263,11 +263,13 @@ def test_the_quit_question_goes_when_the_job_ends_meanwhile(tmp_path: Path) -> N
     async def drive() -> None:
         async with app.run_test(size=(80, 24)) as pilot:
             await wait_for(pilot, lambda: app.snapshot is not None and app.snapshot.steps_total > 0)
+            assert "p" in app.screen.active_bindings  # a launched job, running: p profiles
             await pilot.press("q")
             assert isinstance(app.screen, QuitScreen)
             session.signal_job(signal.SIGTERM)  # it ends by itself, the question still up
             await wait_for(pilot, lambda: app.job_exit is not None)
             await wait_for(pilot, lambda: not isinstance(app.screen, QuitScreen))
+            assert "p" not in app.screen.active_bindings  # ended: nothing to profile
             assert "q to quit" in str(app.sub_title)
             await pilot.press("q")
             await wait_for(pilot, lambda: app.return_value is not None)

@@ -416,6 +416,8 @@ def test_tui_watch_shows_the_estimates_and_q_leaves_the_job_running(
             assert findings.shown is not None and findings.shown[0].confidence == "estimated"
             job_text = str(app.query_one(JobPanel).content)
             assert f"watching pid {proc.pid}" in job_text and "stack samples" in job_text
+            # no p in the footer: nothing can be profiled from outside (issue 40, point 7)
+            assert "p" not in app.screen.active_bindings
             await pilot.press("q")  # no question: a watched job is never stopped
             await wait_for(pilot, lambda: app.return_value is not None or not app.is_running)
 

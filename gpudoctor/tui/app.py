@@ -324,6 +324,7 @@ class LiveApp(DoctorApp):
     @on(JobExited)
     def _on_job_exited(self, message: JobExited) -> None:
         self.job_exit = message.job_exit
+        self.refresh_bindings()  # p goes from the footer
         self.show(message.snapshot)
         if isinstance(self.screen, QuitScreen):
             # asked whether to stop a job that has ended meanwhile: nothing to stop or
@@ -357,6 +358,13 @@ class LiveApp(DoctorApp):
             self.notify(_("the job is still running: stop it (q, s) or let it end, then t"))
             return
         super().request_trial(remedy)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """`p` only where a profile can be taken: a job the doctor launched, running
+        (a watched or viewed job, or one that ended, has no p in the footer)."""
+        if action == "profile":
+            return self.source.can_profile and self.job_exit is None
+        return True
 
     def action_profile(self) -> None:
         if not self.source.can_profile or self.job_exit is not None:
