@@ -33,6 +33,7 @@ class Snapshot:
     command: tuple[str, ...]
     job_pid: int | None
     elapsed_s: float
+    up_s: float  # the job's age: elapsed_s, or for a watched job since its own start
     exit: JobExit | None
     gpu_reason: str | None  # why there are no GPU readings, when there are none
     gpus: tuple[GpuSample, ...]  # the latest reading of each GPU
@@ -107,11 +108,17 @@ def take(
         now, elapsed = timeline.last_reading_ns(), timeline.duration_s()
     else:
         now, elapsed = until_ns, max(0.0, (until_ns - timeline.start_mono_ns) / 1e9)
+    up = elapsed
+    if timeline.mode == "watch":  # a watched job was up before the doctor came
+        started = timeline.facts.get(timeline.watched_pid or -1, {}).get("started_unix")
+        if isinstance(started, (int, float)) and started <= timeline.started_unix:
+            up = elapsed + timeline.started_unix - started
     return Snapshot(
         t_mono_ns=now,
         command=tuple(redact_argv(timeline.command)),  # for the screen: secrets masked
         job_pid=job_pid or timeline.watched_pid or timeline.main_pid(),
         elapsed_s=elapsed,
+        up_s=up,
         exit=w.exit,
         gpu_reason=timeline.gpu_reason,
         gpus=tuple(latest[i] for i in sorted(latest)),

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 from conftest import (
     PY,
@@ -418,6 +419,11 @@ def test_tui_watch_shows_the_estimates_and_q_leaves_the_job_running(
             assert f"watching pid {proc.pid}" in job_text and "stack samples" in job_text
             # no p in the footer: nothing can be profiled from outside (issue 40, point 7)
             assert "p" not in app.screen.active_bindings
+            # "up" is the job's own age, not the time since the doctor came (point 6)
+            snap = app.snapshot
+            assert snap is not None
+            age = time.time() - psutil.Process(proc.pid).create_time()
+            assert abs(snap.up_s - age) < 3 and snap.up_s > snap.elapsed_s + 1
             await pilot.press("q")  # no question: a watched job is never stopped
             await wait_for(pilot, lambda: app.return_value is not None or not app.is_running)
 

@@ -151,7 +151,11 @@ class WatchedJob(Recorder):
         self.host.step_pids = {pid}  # its children are its workers
         cwd = self.target.cwd or os.getcwd()
         self.session_id = self.store.create_session(self.timeline, cwd, pid)
-        self._record_facts({"stack_sampling": self.sampler is not None})
+        try:  # the watched process's own start: its "up" counts from there
+            started = psutil.Process(pid).create_time()
+        except (psutil.Error, OSError):
+            started = None
+        self._record_facts({"stack_sampling": self.sampler is not None, "started_unix": started})
         if self.sampler is not None:
             self.sampler.start()
 

@@ -216,7 +216,7 @@ class JobPanel(Panel):
         out = Text()
         out.append(crop(display.command_words(s.command, width=width), width), "bold")
         self.tooltip = " ".join(s.command)  # the full line
-        up = _("up {duration}").format(duration=display.duration(s.elapsed_s))
+        up = _("up {duration}").format(duration=display.duration(s.up_s))
         if s.mode == "watch":
             out.append("\n" + _("watching pid {pid}").format(pid=s.job_pid) + f"  {state}  {up}")
             out.append(
