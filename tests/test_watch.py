@@ -37,7 +37,7 @@ from gpudoctor.sources.nvml import NvmlReader
 from gpudoctor.sources.stacks import StackSampler, classify, find_py_spy
 from gpudoctor.store import Store
 from gpudoctor.tui.app import make_live_app
-from gpudoctor.tui.widgets import FindingsPanel, JobPanel
+from gpudoctor.tui.widgets import FindingsPanel, HostPanel, JobPanel
 
 # scripts/test.sh installs the dev extras, py-spy among them; without it this fails
 assert find_py_spy(), "py-spy is needed: pip install py-spy"
@@ -434,3 +434,34 @@ def test_tui_watch_shows_the_estimates_and_q_leaves_the_job_running(
     time.sleep(0.5)
     assert proc.poll() is None
     store.close()
+
+
+def test_tui_watch_of_a_process_that_is_not_python_says_so_at_once(tmp_path: Path) -> None:
+    """Issue 40, point 3: watching a process that is not Python showed '0 stack samples'
+    and 'no steps yet' as if they would come. It says at once what it can see (its GPU
+    and host use), and keeps showing them."""
+    proc = subprocess.Popen(["sleep", "60"])
+    store = Store(tmp_path / "s.db")
+    target = find_target(proc.pid)
+    assert not target.python
+    session = WatchedJob(target, store, py_spy=None)
+    session.start()
+    app = make_live_app(Follower(session), "en")
+
+    async def drive() -> None:
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(pilot, lambda: app.snapshot is not None and app.snapshot.host)
+            text = str(app.query_one(JobPanel).content)
+            assert "not a Python process: its GPU and host use only" in text
+            assert "stack samples" not in text and "no steps yet" not in text
+            assert "cpu" in str(app.query_one(HostPanel).content)
+            await pilot.press("q")
+            await wait_for(pilot, lambda: app.return_value is not None or not app.is_running)
+
+    try:
+        asyncio.run(drive())
+    finally:
+        session.close()
+        store.close()
+        proc.kill()
+        proc.wait()

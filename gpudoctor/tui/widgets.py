@@ -217,6 +217,14 @@ class JobPanel(Panel):
         out.append(crop(display.command_words(s.command, width=width), width), "bold")
         self.tooltip = " ".join(s.command)  # the full line
         up = _("up {duration}").format(duration=display.duration(s.up_s))
+        if s.mode == "watch" and s.facts.get("stack_sampling") is False:
+            # not Python: there are no steps or stacks to read; say so at once
+            out.append("\n" + _("watching pid {pid}").format(pid=s.job_pid) + f"  {state}  {up}")
+            out.append(
+                "\n" + _("not a Python process: its GPU and host use only (no steps, no stacks)"),
+                "dim",
+            )
+            return out
         if s.mode == "watch":
             out.append("\n" + _("watching pid {pid}").format(pid=s.job_pid) + f"  {state}  {up}")
             out.append(
