@@ -420,8 +420,7 @@ def test_a_headless_ctrl_c_says_nothing_inside_the_jobs_traceback(tmp_path: Path
     traceback alone; the doctor says it waits only for a job still there a moment on."""
     script = tmp_path / "loop.py"
     script.write_text(
-        "import time, sys\nprint('ready', flush=True)\n"
-        "while True:\n    time.sleep(0.01)\n"
+        "import time, sys\nprint('ready', flush=True)\nwhile True:\n    time.sleep(0.01)\n"
     )
     proc = subprocess.Popen(
         [PY, "-m", "gpudoctor", "run", "--headless", "--no-stacks", "--", PY, str(script)],

@@ -12,12 +12,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import PY, SAMPLES, doctor, load_recorded_session, wait_for
 from rich.console import Console
 from rich.text import Text
 from textual.widgets import DataTable, Footer, Header, Static
 
+from gpudoctor.app.errors import NotPossible
 from gpudoctor.app.follow import DIAGNOSE_EVERY_S, Follower
+from gpudoctor.app.sessions import find_live
 from gpudoctor.jobs import LaunchedJob
 from gpudoctor.store import Store
 from gpudoctor.terminal import TerminalView
@@ -224,6 +227,14 @@ def test_live_run_fills_the_panels_and_q_can_leave_the_job_running(tmp_path: Pat
         assert app.return_value is not None and app.return_value.ended_by == "detached"
         os.kill(pid, 0)  # still running: leaving it running left it running
         assert session.proc.poll() is None
+        # attach then says what happened, and how to look again (issue 40, point 4)
+        assert session.session_id is not None  # recorded as `run` records the end:
+        session.store.finish(session.session_id, time.monotonic_ns(), app.return_value, {})
+        for name in (str(session.session_id), "last"):
+            with pytest.raises(NotPossible) as said:
+                find_live(session.store, name)
+            assert "was left running, and its doctor stopped recording it" in str(said.value)
+            assert f"gpudoctor watch --pid {pid}" in str(said.value)
     finally:
         session.signal_job(signal.SIGKILL)
         session.proc.wait()

@@ -10,6 +10,8 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
+import psutil
+
 from gpudoctor import __version__
 from gpudoctor.app.errors import NotPossible
 from gpudoctor.i18n import _
@@ -85,6 +87,24 @@ def open_log(store: Store, prefix: str, max_bytes: int = DEFAULT_MAX_MB << 20) -
         ) from None
 
 
+def _left_running(row: SessionRow) -> bool:
+    """Its doctor was told to leave the job running (the TUI's q, then l)."""
+    return row.exit is not None and row.exit.ended_by == "detached"
+
+
+def _left_words(row: SessionRow) -> str:
+    alive = row.job_pid is not None and psutil.pid_exists(row.job_pid)
+    again = (
+        _("gpudoctor watch --pid {pid} looks at it again").format(pid=row.job_pid)
+        if alive
+        else _("the job has ended since")
+    )
+    return _(
+        "session {id} was left running, and its doctor stopped recording it then: {again}; "
+        "what was recorded: gpudoctor replay {id}"
+    ).format(id=row.id, again=again)
+
+
 def find_live(store: Store, name: str) -> SessionRow:
     """The session a viewer attaches to: an id, or `last` (the newest still being
     recorded). NotPossible, in one line, when it has ended or is recorded elsewhere."""
@@ -95,6 +115,9 @@ def find_live(store: Store, name: str) -> SessionRow:
     if name == "last":
         live = [row for row in rows if row.live]
         if not live:
+            left = rows[0] if rows and _left_running(rows[0]) else None
+            if left is not None:  # the newest was left running (q, l): not recorded since
+                raise NotPossible(_left_words(left))
             raise NotPossible(
                 _(
                     "no session is being recorded now (see gpudoctor history; a recorded one: "
@@ -115,6 +138,8 @@ def find_live(store: Store, name: str) -> SessionRow:
                 id=session_id, path=store.path
             )
         )
+    if row.exit is not None and _left_running(row):
+        raise NotPossible(_left_words(row))
     if row.exit is not None:
         raise NotPossible(_("session {id} has ended: gpudoctor replay {id}").format(id=session_id))
     here = socket.gethostname()

@@ -151,7 +151,6 @@ class ctrl_c_reaches_the_job:
         else:
             self.job.signal_job(signal.SIGTERM if self.presses == 2 else signal.SIGKILL)
 
-
     def say_waiting(self) -> None:
         proc = self.job.proc
         if proc is not None and proc.poll() is None:

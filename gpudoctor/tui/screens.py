@@ -382,7 +382,8 @@ class QuitScreen(ModalScreen[str]):
                 _(
                     "The job is still running.\n\n"
                     "  s  stop the job (Ctrl-C to it) and quit; Ctrl-C again does the same\n"
-                    "  l  leave it running and quit (its output stays in the log)\n"
+                    "  l  leave it running and quit: the doctor stops recording it (its output "
+                    "stays in the log; gpudoctor watch --pid looks at it again)\n"
                     "  esc  cancel"
                 ),
                 id="quit-text",
