@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from gpudoctor.diagnosis.engine import diagnose
-from gpudoctor.diagnosis.window import WARMUP_STEPS, Window, percentile
+from gpudoctor.diagnosis.window import WARMUP_STEPS, Window, percentile, stack_steps_per_s
 from gpudoctor.i18n import _
 from gpudoctor.model import StepRecord
 from gpudoctor.timeline import RECENT_SAMPLES, RECENT_STEPS, Timeline
@@ -152,6 +152,19 @@ def run_series(
         if batches and len(batches) == len(detailed):
             rate = statistics.fmean(batches) * len(taken) / (width_ns / 1e9)
             out.samples_per_s.append((x, round(rate, 1)))
+    if timeline.mode == "watch":  # no steps timed: py-spy's chunks, each its estimates
+        chunks = list(_inside(timeline.stacks, start, end, lambda c: c.t_end_mono_ns))
+        for n, chunk in enumerate(chunks):
+            if not chunk.total:
+                continue
+            x = round(((chunk.t_start_mono_ns + chunk.t_end_mono_ns) / 2 - t0) / 1e9, 1)
+            one = Window(stacks=(chunk,))
+            out.data_wait_pct.append((x, round(one.data_wait_fraction * 100, 1)))
+            for part, share in one.split().items():
+                out.split_pct.setdefault(part, []).append((x, round(share * 100, 1)))
+            chunk_rate = stack_steps_per_s(chunks[max(0, n - 1) : n + 1])
+            if chunk_rate is not None:
+                out.steps_per_s.append((x, round(chunk_rate, 2)))
     gpus: dict[tuple[int, int], list[tuple[float | None, float | None, float | None]]] = {}
     for g in _inside(timeline.gpus, start, end, lambda g: g.t_mono_ns):
         mem = g.mem_used_bytes / 2**30 if g.mem_used_bytes is not None else None

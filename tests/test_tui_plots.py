@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from conftest import PY, ROOT, SAMPLES, load_recorded_session, wait_for
+from conftest import FIXTURES, PY, ROOT, SAMPLES, load_recorded_session, load_session_file, wait_for
 from test_tui_terminal import close, tmux, wait_screen
 
 from gpudoctor.app.follow import Follower
@@ -326,3 +326,27 @@ def test_history_in_a_real_terminal(tmp_path: Path) -> None:
         wait_screen(name, "Findings", "h History")
     finally:
         close(name, tmp_path)
+
+
+def test_a_replayed_watch_plots_its_estimates() -> None:
+    """Issue 40, point 5: `h` on a replayed watch showed empty plots though its step rate
+    and data wait were in the store (py-spy's chunks). Each chunk is a point now."""
+    timeline = load_session_file(FIXTURES / "watch_session_dataloader_bound.json.gz")
+    app: Any = make_replay_app(timeline, 7)
+
+    async def drive() -> None:
+        async with app.run_test(size=(160, 48)) as pilot:
+            await pilot.pause()
+            await pilot.press("h")
+            await wait_for(pilot, lambda: isinstance(app.screen, PlotsScreen))
+            screen: Any = app.screen
+            await wait_for(pilot, lambda: screen.series is not None)
+            s = screen.series
+            assert s.steps_per_s and 60 < s.steps_per_s[0][1] < 90  # ~75 steps/s, as said
+            assert s.data_wait_pct and all(v > 80 for _, v in s.data_wait_pct)
+            shown = plots(app)
+            await pilot.pause()
+            assert shown["rate"].trouble is None and shown["wait"].trouble is None
+            await pilot.press("escape", "q")
+
+    asyncio.run(drive())
