@@ -24,6 +24,15 @@ BAND_HEAVY_PCT = 80.0
 HOT_C = 85
 
 SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "dim"}
+
+
+def severity_words(severity: str) -> str:
+    """A finding's severity as the screens show it, in the person's language (the
+    reports' and JSON's id stays "high", "medium", ...)."""
+    words = {"high": _("HIGH"), "medium": _("MEDIUM"), "low": _("LOW"), "info": _("INFO")}
+    return words.get(severity, severity.upper())
+
+
 SPLIT_PARTS = (  # (key, label, bar character) in the order a step goes
     ("data_wait", "Data wait", "D"),
     ("forward", "Forward", "F"),
@@ -159,7 +168,7 @@ def host_lines(h: HostSample, width: int, core_rows: int = 4) -> list[tuple[str,
     if width >= cell and len(cores) <= per_row * max(1, core_rows):
         row: list[str] = []
         for i, c in enumerate(cores):
-            row.append(f"cpu{i:<2d} {bar(c / 100, 4)} {c:3.0f}%")
+            row.append(pad(_("cpu{n}").format(n=i), 5) + f" {bar(c / 100, 4)} {c:3.0f}%")
             if len(row) == per_row:
                 out.append((" ".join(row), band(max(cores[i - per_row + 1 : i + 1]))))
                 row = []

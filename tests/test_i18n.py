@@ -174,6 +174,11 @@ def test_the_tui_in_chinese_at_80x24(tmp_path: Path) -> None:
     try:
         shown = wait_screen(name, "训练在等待输入数据", "⏎ 处方", "诊断结果", "主机", "作业")
         assert all(cell_width(line) <= 80 for line in shown.splitlines()), shown
+        # no English left (issue 40, point 12): the severity, the cores, iowait, the
+        # command palette's key, as a person reads them; names and units may stay
+        for english in ("HIGH", "MEDIUM", "cpu0", "iowait", "palette"):
+            assert english not in shown, (english, shown)
+        assert "高" in shown and "核0" in shown and "命令面板" in shown
         tmux("send-keys", "-t", name, "q")
         asked = wait_screen(name, "作业还在运行。", "停止作业并退出")
         assert all(cell_width(line) <= 80 for line in asked.splitlines()), asked

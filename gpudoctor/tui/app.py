@@ -52,6 +52,8 @@ class DoctorApp(App[JobExit | None]):
     CSS_PATH = "doctor.tcss"
     TITLE = "gpudoctor"
     BINDINGS = [
+        # Textual's own command palette key, its words in the person's language
+        Binding("ctrl+p", "command_palette", _("palette"), show=False, priority=True),
         Binding("q", "quit_doctor", _("Quit")),
         # Ctrl-C is the doctor's quit too (it asks about a running job, as q does)
         Binding("ctrl+c", "quit_doctor", _("Quit"), show=False, priority=True),

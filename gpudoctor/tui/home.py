@@ -118,6 +118,8 @@ class HomeApp(App[HomeChoice | None]):
     TITLE = "gpudoctor"
     SUB_TITLE = _("this machine")
     BINDINGS = [
+        # Textual's own command palette key, its words in the person's language
+        Binding("ctrl+p", "command_palette", _("palette"), show=False, priority=True),
         Binding("enter,w", "watch", _("Watch process")),
         Binding("r", "run", _("Run a command")),
         Binding("question_mark", "help", _("Help")),

@@ -66,7 +66,9 @@ class FindingScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         f = self.finding
         head = Text()
-        head.append(f"{f.severity.upper()}  ", display.SEVERITY_STYLE.get(f.severity, ""))
+        head.append(
+            f"{display.severity_words(f.severity)}  ", display.SEVERITY_STYLE.get(f.severity, "")
+        )
         head.append(f"{f.id}: {f.title}\n\n", "bold")
         head.append(f.evidence)
         if f.confidence == "estimated":

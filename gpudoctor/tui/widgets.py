@@ -386,7 +386,9 @@ def _prompt(f: Finding, lang: str = "en", action: str | None = None, width: int 
     """A finding in the panel; with the panel's `width` known, its evidence and remedy
     wrap under themselves, not back to the panel's edge."""
     text = Text()
-    text.append(f"{f.severity.upper():<6} ", display.SEVERITY_STYLE.get(f.severity, ""))
+    text.append(
+        pad(display.severity_words(f.severity), 6) + " ", display.SEVERITY_STYLE.get(f.severity, "")
+    )
     text.append(f"{f.id}: ", "bold")
     text.append(f.title)
     if f.confidence == "estimated":

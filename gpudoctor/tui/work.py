@@ -22,7 +22,11 @@ R = TypeVar("R")
 
 class WorkApp(App[None], Generic[R]):
     CSS_PATH = "doctor.tcss"
-    BINDINGS = [Binding("q", "close", _("Quit"))]
+    BINDINGS = [
+        Binding("q", "close", _("Quit")),
+        # Textual's own command palette key, its words in the person's language
+        Binding("ctrl+p", "command_palette", _("palette"), show=False, priority=True),
+    ]
 
     def __init__(
         self,
