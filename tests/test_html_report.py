@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import PY, SAMPLES, doctor
+from conftest import PY, SAMPLES, doctor, load_recorded_session
 
 from gpudoctor.report.build import build
 from gpudoctor.series import run_series
@@ -171,3 +171,43 @@ def test_compare_overlays_two_runs_and_a_markdown_report_shows_its_charts(
         wrong = doctor("--store", str(store), "report", "1", *bad)
         assert wrong.returncode == 2 and wrong.stderr.count("\n") == 1, wrong.stderr
         assert "Traceback" not in wrong.stderr
+
+
+def test_chinese_pages_name_cjk_fonts_and_draw_their_glyphs(tmp_path: Path) -> None:
+    """Issue 40, point 14: a Chinese page drew empty boxes in a browser that found no CJK
+    font by itself. Every page's font stack names the CJK fonts of each platform, and in
+    the real browser, with the CJK font the test set-up installs (fonts-wqy-zenhei), two
+    different characters in that stack draw different pixels (empty boxes are all the
+    same box) and neither draws the box of a character no font has."""
+    from gpudoctor.report.html import PAGE_CSS
+
+    for name in ("Noto Sans CJK SC", "PingFang SC", "Microsoft YaHei", "WenQuanYi Zen Hei"):
+        assert name in PAGE_CSS
+
+    def drawn(char: str) -> bytes:
+        page = tmp_path / f"u{ord(char):x}.html"
+        page.write_text(
+            f"<!DOCTYPE html><html><head><meta charset='utf-8'><style>{PAGE_CSS}</style>"
+            f"</head><body style='margin:0'><p style='font-size:96px;margin:0'>{char}</p>"
+            "</body></html>",
+            encoding="utf-8",
+        )
+        shot = tmp_path / f"u{ord(char):x}.png"
+        done = browse(page, tmp_path, f"--screenshot={shot}", "--window-size=160,140")
+        assert shot.exists(), done.stderr[-2000:]
+        return shot.read_bytes()
+
+    first, second, nothing = drawn("训"), drawn("练"), drawn("\U000f0000")
+    assert first != second, "the two characters draw the same pixels: empty boxes"
+    assert nothing not in (first, second)
+    # and a Chinese report's page uses that stack: its title is drawn in it
+    timeline = load_recorded_session("dataloader_bound")
+    from gpudoctor import i18n
+    from gpudoctor.report.html import page as html_page
+
+    i18n.use("zh")
+    try:
+        text = html_page(build(timeline, 7, "zh"), run_series(timeline), [], [])
+    finally:
+        i18n.use("en")
+    assert "报告" in text and PAGE_CSS.strip()[:40] in text

@@ -37,6 +37,17 @@ from gpudoctor.report.values import Report
 from gpudoctor.series import Point, RunSeries, by_time, marker_words, split_labels
 
 SCRIPT = re.compile(r"<script\b.*?</script>", re.S)
+# Latin first, then the CJK fonts of each platform (Linux: Noto/Source Han, WenQuanYi;
+# macOS: PingFang; Windows: Microsoft YaHei): a Chinese page needs one of them, and a
+# browser that falls back on its own may find none and draw empty boxes
+FONTS = (
+    "'DejaVu Sans', Helvetica, Arial, 'Noto Sans CJK SC', 'Source Han Sans SC', "
+    "'PingFang SC', 'Microsoft YaHei', 'WenQuanYi Zen Hei', 'WenQuanYi Micro Hei', sans-serif"
+)
+MONO_FONTS = (
+    "'DejaVu Sans Mono', Menlo, Consolas, 'Noto Sans Mono CJK SC', 'WenQuanYi Zen Hei Mono', "
+    "monospace"
+)
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 MARKER_COLORS = ("#7f7f7f", "#a0a0a0", "#5a5a5a", "#b8b8b8", "#404040", "#cccccc")
 STYLE = Style(
@@ -45,18 +56,20 @@ STYLE = Style(
     foreground="#333",
     foreground_strong="#111",
     foreground_subtle="#ddd",
-    font_family="DejaVu Sans, Helvetica, Arial, sans-serif",
+    font_family=FONTS,
     colors=COLORS,
 )
-PAGE_CSS = """
-body { font-family: DejaVu Sans, Helvetica, Arial, sans-serif; margin: 2em auto;
+PAGE_CSS = (
+    """
+body { font-family: FONTS; margin: 2em auto;
        max-width: 1000px; color: #222; }
-code, pre { font-family: DejaVu Sans Mono, Menlo, monospace; background: #f4f4f4; }
+code, pre { font-family: MONO_FONTS; background: #f4f4f4; }
 .finding { border-left: 4px solid #999; padding: 0.2em 0.8em; margin: 1em 0; }
 .high { border-color: #d62728; } .medium { border-color: #ff7f0e; } .low { border-color: #1f77b4; }
 .chart { margin: 1em 0; } table { border-collapse: collapse; }
 td, th { border: 1px solid #ccc; padding: 0.2em 0.5em; text-align: left; }
-"""
+""".replace("MONO_FONTS", MONO_FONTS).replace("FONTS", FONTS)
+)
 
 
 def chart(
