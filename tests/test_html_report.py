@@ -211,3 +211,25 @@ def test_chinese_pages_name_cjk_fonts_and_draw_their_glyphs(tmp_path: Path) -> N
     finally:
         i18n.use("en")
     assert "报告" in text and PAGE_CSS.strip()[:40] in text
+
+
+def test_the_page_says_what_the_markdown_says_and_stacks_the_split() -> None:
+    """Issue 40, point 14: the page had no samples/s and no host line, and printed
+    "14.292 ms" where the Markdown rounds. Its summary is the Markdown's, item by item;
+    its "where a step goes" is stacked (each line its part plus those below it)."""
+    import html as html_text
+
+    from gpudoctor.report.html import page as html_page
+    from gpudoctor.report.html import stacked
+    from gpudoctor.report.render import summary_items
+
+    timeline = load_recorded_session("dataloader_bound")
+    report = build(timeline, 7, "en")
+    text = html_text.unescape(re.sub(r"<[^>]+>", "", html_page(report, run_series(timeline))))
+    items = summary_items(report)
+    assert any("samples/s" in i for i in items) and any(i.startswith("- host:") for i in items)
+    for item in items:
+        assert item.lstrip(" -").replace("`", "") in text, item
+    lines = stacked({"a": [(1.0, 10.0)], "b": [(1.0, 30.0)], "c": [(1.0, 60.0)]})
+    assert list(lines) == ["c", "b", "a"] and lines["c"] == [(1.0, 100.0)]
+    assert lines["b"] == [(1.0, 40.0)] and lines["a"] == [(1.0, 10.0)]

@@ -28,8 +28,7 @@ from gpudoctor.report.render import (
     predicted_words,
     profile_title,
     side_words,
-    speed_words,
-    status_words,
+    summary_items,
     unit_words,
     verdict_words,
 )
@@ -59,8 +58,7 @@ STYLE = Style(
     font_family=FONTS,
     colors=COLORS,
 )
-PAGE_CSS = (
-    """
+PAGE_CSS = """
 body { font-family: FONTS; margin: 2em auto;
        max-width: 1000px; color: #222; }
 code, pre { font-family: MONO_FONTS; background: #f4f4f4; }
@@ -69,7 +67,6 @@ code, pre { font-family: MONO_FONTS; background: #f4f4f4; }
 .chart { margin: 1em 0; } table { border-collapse: collapse; }
 td, th { border: 1px solid #ccc; padding: 0.2em 0.5em; text-align: left; }
 """.replace("MONO_FONTS", MONO_FONTS).replace("FONTS", FONTS)
-)
 
 
 def chart(
@@ -78,6 +75,7 @@ def chart(
     series: dict[str, list[Point]],
     markers: list[tuple[str, float]],
     x_end: float,
+    fill: bool = False,
 ) -> str:
     """One line chart over the run (seconds since the start), as inline SVG, with grey
     dashed markers where each finding was first raised, a profiler capture, an
@@ -88,16 +86,31 @@ def chart(
         width=CHART_W, height=CHART_H, js=[], style=style, show_dots=False, stroke=True,
         disable_xml_declaration=True, legend_at_bottom=True, truncate_legend=-1,
         x_title=_("seconds since the start"), y_title=y_title, title=title,
-        include_x_axis=True, explicit_size=True, xrange=(0, x_end),
+        include_x_axis=True, explicit_size=True, xrange=(0, x_end), fill=fill,
     )  # fmt: skip
     top = max((v for points in data.values() for _, v in points), default=1.0) or 1.0
     for name, points in data.items():
         drawn.add(name, points)
     for name, at in markers:
-        drawn.add(name, [(at, 0.0), (at, top)], stroke_style={"dasharray": "4, 3"})
+        drawn.add(name, [(at, 0.0), (at, top)], stroke_style={"dasharray": "4, 3"}, fill=False)
     # pygal writes its tooltips' settings as an inline script even with no script to
     # read them: left out, so the page runs no code at all
     return SCRIPT.sub("", str(drawn.render(is_unicode=True)))
+
+
+def stacked(parts: dict[str, list[Point]]) -> dict[str, list[Point]]:
+    """The parts of a step stacked: each line the sum of its part and those before it,
+    drawn top first and filled down to the axis, so that each band is its part (the
+    first part at the bottom)."""
+    totals: dict[float, float] = {}
+    out: dict[str, list[Point]] = {}
+    for name, points in parts.items():
+        line = []
+        for x, v in points:
+            totals[x] = totals.get(x, 0.0) + v
+            line.append((x, round(totals[x], 1)))
+        out[name] = line
+    return dict(reversed(out.items()))
 
 
 def charts(s: RunSeries, duration_s: float) -> list[str]:
@@ -115,7 +128,12 @@ def charts(s: RunSeries, duration_s: float) -> list[str]:
             add(_("Steps a second"), _("steps/s"), {_("steps/s"): s.steps_per_s})
         add(_("Waiting for data"), _("% of step time"), {_("data wait"): s.data_wait_pct})
         parts = {name: s.split_pct[k] for k, name in split_labels().items() if k in s.split_pct}
-        add(_("Where a step goes"), _("% of step time"), parts)
+        out.append(
+            chart(
+                _("Where a step goes"), _("% of step time"), stacked(parts), markers,
+                max(duration_s, 1.0), fill=True,
+            )
+        )  # fmt: skip
     if s.gpu_util_pct:
         add(_("GPU utilisation"), "%", {f"GPU {i}": p for i, p in sorted(s.gpu_util_pct.items())})
         add(_("GPU memory used"), "GiB", {f"GPU {i}": p for i, p in sorted(s.gpu_mem_gib.items())})
@@ -178,36 +196,17 @@ def page(
         + e(_("gpudoctor report (session {session})").format(session=report.session))
         + "</h1>",
         "<ul>",
-        "<li>" + e(_("command:")) + f" <code>{e(' '.join(report.command))}</code></li>",
-        f"<li>{e(status_words(report))}, {report.duration_s:.1f} s</li>",
     ]
-    s = report.steps
-    if s.count:
-        steps = _("{count} steps").format(count=s.count)
-        if s.median_ms is not None:
-            steps += _(", median {median} ms, p90 {p90} ms").format(
-                median=s.median_ms, p90=s.p90_ms
-            )
-        if s.data_wait_fraction is not None:
-            steps += _(", data wait {wait:.0%}").format(wait=s.data_wait_fraction)
-        parts.append(f"<li>{e(steps)}</li>")
-    parts.append(f"<li>GPU: {e(report.gpu_status)}</li>")
-    for g in report.gpus:
-        parts.append(
-            "<li>"
-            + e(
-                _("GPU {index} {name}: util mean {mean}%, p95 {p95}%, power {power} W").format(
-                    index=g.index,
-                    name=g.name or "",
-                    mean=g.util_mean_pct,
-                    p95=g.util_p95_pct,
-                    power=g.power_mean_w,
-                )
-            )
-            + "</li>"
+    # the summary in the Markdown report's words and numbers (render.summary_items)
+    for item in summary_items(report):
+        nested = item.startswith("  - ")
+        text = item[4:] if nested else item[2:]
+        inline = "".join(
+            f"<code>{e(part)}</code>" if i % 2 else e(part)
+            for i, part in enumerate(text.split("`"))
         )
-    if report.speed_of_light is not None:
-        parts += [f"<li>{e(line)}</li>" for line in speed_words(report.speed_of_light)]
+        style = ' style="margin-left:1.5em"' if nested else ""
+        parts.append(f"<li{style}>{inline}</li>")
     parts.append("</ul>")
     drawn = charts(series, report.duration_s)
     if drawn:

@@ -190,10 +190,11 @@ def hotspot_words(h: HotspotLine) -> str:
     return f"{h.share:>4.0%} {whose_words(h.where, h.state)}  {h.place} ({h.function}){code}"
 
 
-def markdown(report: Report) -> str:
+def summary_items(report: Report) -> list[str]:
+    """The report's summary as the Markdown's list items (`- ...`, and `  - ...` for a
+    GPU's, under the GPU line): what the Markdown and the HTML page both show, in the
+    same words and numbers."""
     lines = [
-        _("# gpudoctor report (session {session})").format(session=report.session),
-        "",
         _("- command: `{command}`").format(command=" ".join(report.command)),
         f"- {status_words(report)}, {report.duration_s:.1f} s",
         _steps_words(report),
@@ -232,6 +233,15 @@ def markdown(report: Report) -> str:
                 iowait=h.iowait_mean_pct,
             )
         )
+    return [line for line in lines if line]
+
+
+def markdown(report: Report) -> str:
+    lines = [
+        _("# gpudoctor report (session {session})").format(session=report.session),
+        "",
+        *summary_items(report),
+    ]
     lines += ["", _("## Findings"), ""]
     if not report.findings:
         lines.append(_("No findings: nothing measured points at a bottleneck."))
