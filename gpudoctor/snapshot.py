@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudoctor.diagnosis.engine import diagnose
+from gpudoctor.diagnosis.gpu_timeline import RankTimeline
 from gpudoctor.diagnosis.hotspots import Hotspots
 from gpudoctor.diagnosis.ranks import RankMeasure
 from gpudoctor.diagnosis.speed_of_light import SpeedOfLight, speed_of_light
@@ -58,6 +59,7 @@ class Snapshot:
     ranks: tuple[RankMeasure, ...] = ()  # a distributed job's ranks, each measured alone
     hotspots: Hotspots | None = None  # the lines of the user's code (py-spy's samples)
     speed_of_light: SpeedOfLight | None = None  # once the probe counted a step's FLOPs
+    gpu_timeline: RankTimeline | None = None  # the latest profiler capture, read
     # what each finding's first remedy is predicted to buy, by finding id (when known)
     predictions: dict[str, Prediction] = field(default_factory=dict)
     # the run over time (series.py), when a screen shows plots (their stretch)
@@ -134,6 +136,7 @@ def take(
         split=w.split() if measured else {},
         findings=findings,
         facts=w.advice_facts,
+        gpu_timeline=w.gpu_timeline,
         job_gpu_pids=w.job_pids,
         output_tail=redacted(output.read()) if output is not None else (),
         output_path=str(output.path) if output is not None else None,

@@ -237,3 +237,18 @@ def test_a_gpu_capture_joins_the_live_findings() -> None:
     data = report.to_dict()
     assert data["gpu_timeline"]["kernels_per_step"] == pytest.approx(251)
     assert "GPU timeline of the capture: compute 2%" in summary(report)
+
+
+def test_the_profile_screen_draws_one_step_of_the_gpu() -> None:
+    """The TUI's profile screen (p) shows the capture's GPU timeline: its shares, one
+    step drawn cell by cell (the launch-bound job's GPU nearly empty, the fp32 job's
+    busy), the top kernels."""
+    from gpudoctor.tui.screens import timeline_text
+
+    sparse = analyse(kineto.read(H200 / "h200_many_small_ops.json.gz"))
+    dense = analyse(kineto.read(H200 / "h200_fp32_gemm.json.gz"))
+    assert len(sparse.picture) == len(dense.picture) == 60
+    assert max(sparse.picture) <= 2 and sum(v >= 6 for v in dense.picture) >= 15
+    text = str(timeline_text(sparse))
+    assert "one step on the GPU:" in text and "251 kernels a step" in text
+    assert "gemm" in text.lower()

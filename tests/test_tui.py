@@ -525,6 +525,9 @@ def test_p_profiles_the_next_steps_of_the_live_job(tmp_path: Path) -> None:
 
             await wait_for(pilot, shown, timeout=60)
             assert "aten::" in str(table.content)
+            # the capture read as the GPU's timeline beside it (a CPU job: says so)
+            await wait_for(pilot, lambda: "The GPU's timeline" in str(table.content))
+            assert "no GPU events (a CPU-only capture)" in str(table.content)
             await pilot.press("escape")
             await pilot.press("q")
             await wait_for(pilot, lambda: isinstance(app.screen, QuitScreen))

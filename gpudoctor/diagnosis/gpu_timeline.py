@@ -46,6 +46,7 @@ KERNEL_WAIT_US = 30.0
 # than launching (input, a sync, the loop's own code). This project's bound: no anchor.
 LAUNCH_GAP_US = 100.0
 TOP_KERNELS = 10
+PICTURE_CELLS = 60
 
 # HTA's own patterns (hta/utils/utils.py): communication, memory, and what is not compute
 _COMM = re.compile(r"^nccl.*Kernel")
@@ -69,7 +70,7 @@ _FP32_SIMT = re.compile(
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GpuEvent:
     ts: float
     dur: float
@@ -83,7 +84,7 @@ class GpuEvent:
         return self.ts + self.dur
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class HostCall:
     """A runtime or driver call on the host (a kernel's launch, a sync)."""
 
@@ -158,6 +159,8 @@ class RankTimeline:
     sync_calls: tuple[tuple[str, int, float], ...]  # (name, count, total us) host syncs
     cpu_ops: int
     top_cpu_ops: tuple[tuple[str, int, float], ...]  # (name, calls, us): a CPU-only trace
+    # one step of the GPU, PICTURE_CELLS cells left to right: how busy each was (0-8)
+    picture: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """As stored (the session's record of a capture), read back by from_dict."""
@@ -171,6 +174,7 @@ class RankTimeline:
         d["top_kernels"] = tuple(KernelTime(**k) for k in d["top_kernels"])
         d["sync_calls"] = tuple(tuple(c) for c in d["sync_calls"])
         d["top_cpu_ops"] = tuple(tuple(c) for c in d["top_cpu_ops"])
+        d["picture"] = tuple(d.get("picture") or ())
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in known})
 
@@ -238,6 +242,36 @@ def _overlap(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]])
         else:
             j += 1
     return total
+
+
+def _picture(
+    trace: RankTrace,
+    events: Sequence[GpuEvent],
+    launches: dict[int, HostCall],
+    every: list[tuple[float, float]],
+) -> tuple[int, ...]:
+    """The first step on the GPU (the events its host range launched; without step
+    marks, the whole span) in PICTURE_CELLS cells: 0 idle, 1-8 how busy (any kernel at
+    all is at least 1, so that a GPU busy 2% of the time is not drawn empty)."""
+    if not every:
+        return ()
+    start, end = every[0][0], every[-1][1]
+    if trace.steps:
+        ts, dur, _n = min(trace.steps)
+        mine = [
+            e for e in events
+            if (c := launches.get(e.correlation)) is not None and ts <= c.ts < ts + dur
+        ]  # fmt: skip
+        if mine:
+            start, end = min(e.ts for e in mine), max(e.end for e in mine)
+    width = (end - start) / PICTURE_CELLS
+    if width <= 0:
+        return ()
+    out = []
+    for i in range(PICTURE_CELLS):
+        busy = _overlap(every, [(start + i * width, start + (i + 1) * width)]) / width
+        out.append(0 if busy <= 0 else max(1, min(8, round(8 * busy))))
+    return tuple(out)
 
 
 def _gpu_idle(
@@ -335,6 +369,7 @@ def analyse(trace: RankTrace) -> RankTimeline:
         if _SYNC_CALL.match(c.name):
             syncs.setdefault(c.name, []).append(c.dur)
     steps = max(0, len(trace.steps) - 1) if len(trace.steps) >= 2 else len(trace.steps)
+    picture = _picture(trace, events, launches, every)
     return RankTimeline(
         rank=trace.rank,
         path=trace.path,
@@ -365,6 +400,7 @@ def analyse(trace: RankTrace) -> RankTimeline:
             sorted(((n, len(d), sum(d)) for n, d in syncs.items()), key=lambda t: -t[2])
         ),
         cpu_ops=trace.cpu_ops,
+        picture=picture,
         top_cpu_ops=tuple(
             (n, int(v[0]), v[1])
             for n, v in sorted(trace.cpu_time.items(), key=lambda kv: -kv[1][1])[:TOP_KERNELS]

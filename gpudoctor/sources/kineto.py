@@ -126,6 +126,7 @@ def read(path: Path) -> RankTrace:
         compute_major=major if isinstance(major, int) else None,
     )  # fmt: skip
     gpu, calls, steps = trace.gpu, trace.calls, trace.steps
+    names: dict[str, str] = {}  # each name kept once: a kernel runs thousands of times
     seen = 0
     try:
         with _open(path) as f:
@@ -141,11 +142,13 @@ def read(path: Path) -> RankTrace:
                     if stream >= 0 and corr >= 0:
                         ts, dur = _inward(float(e["ts"]), float(e["dur"]))
                         name = str(e.get("name", ""))
+                        name = names.setdefault(name, name)
                         gpu.append(GpuEvent(ts, dur, stream, corr, name, _GPU_CATS[cat]))
                 elif cat in _CALL_CATS:
                     ts, dur = _inward(float(e["ts"]), float(e["dur"]))
                     corr = _int(args.get("correlation"))
-                    calls.append(HostCall(ts, dur, corr, str(e.get("name", ""))))
+                    name = str(e.get("name", ""))
+                    calls.append(HostCall(ts, dur, corr, names.setdefault(name, name)))
                 else:
                     name = str(e.get("name", ""))
                     m = _STEP.match(name)

@@ -14,6 +14,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Static
 
 from gpudoctor import display, guide
+from gpudoctor.diagnosis.gpu_timeline import RankTimeline
 from gpudoctor.diagnosis.hotspots import Hotspots, whose_words
 from gpudoctor.diagnosis.ranks import RankMeasure
 from gpudoctor.diagnosis.remedies import CATALOGUE
@@ -22,9 +23,10 @@ from gpudoctor.model import Finding
 from gpudoctor.prescribe.how import fitted_snippet, how
 from gpudoctor.prescribe.predict import Prediction
 from gpudoctor.redact import redact_text
+from gpudoctor.report.gpu_timeline import rank_dict, timeline_words
 from gpudoctor.terminal import OutputLine
 from gpudoctor.tui.widgets import styled
-from gpudoctor.units import pad
+from gpudoctor.units import crop, ms_text, pad
 
 
 class FindingScreen(Screen[None]):
@@ -332,7 +334,12 @@ class ProfileScreen(Screen[None]):
             return
         if int(profile.get("capture", 0)) <= self.after_capture:
             return
-        self.query_one("#profile-table", Static).update(profile_text(profile))
+        text = profile_text(profile)
+        timeline = snapshot.gpu_timeline if snapshot is not None else None
+        if timeline is not None:
+            text.append("\n\n")
+            text.append(timeline_text(timeline))
+        self.query_one("#profile-table", Static).update(text)
 
 
 def profile_text(profile: dict[str, Any]) -> Text:
@@ -351,6 +358,22 @@ def profile_text(profile: dict[str, Any]) -> Text:
         text.append(f"{op[key]:>12,.0f}  {op['calls']:>7}  {op['name']}\n")
     if profile.get("trace"):
         text.append("\n" + _("trace: {path}").format(path=profile["trace"]), "dim")
+    return text
+
+
+def timeline_text(t: RankTimeline) -> Text:
+    """The capture read as the GPU's timeline: where its time went, one step drawn (each
+    cell a slice of the step, the taller the busier), the top kernels."""
+    text = Text()
+    text.append(_("The GPU's timeline") + "\n", "bold")
+    text.append(timeline_words(rank_dict(t)) + "\n")
+    if t.picture:
+        text.append(_("one step on the GPU:") + " ")
+        text.append("▕" + "".join(" ▁▂▃▄▅▆▇█"[v] for v in t.picture) + "▏\n", "cyan")
+    for k in t.top_kernels[:5]:
+        text.append(f"  {k.share_pct:5.1f}%  {ms_text(k.time_us * 1e-3):>9}  {crop(k.name, 70)}\n")
+    if t.path:
+        text.append(_("trace: {path}").format(path=t.path), "dim")
     return text
 
 
