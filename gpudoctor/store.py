@@ -606,6 +606,9 @@ def apply_record(timeline: Timeline, kind: str, data: Any) -> None:
     elif kind == "cpu_peak":
         with contextlib.suppress(KeyError, TypeError, ValueError):
             timeline.cpu_peak = CpuPeak.from_dict(data)
+    elif kind == "auto_profile":  # the doctor's own capture (diagnosis/auto_profile.py)
+        with contextlib.suppress(KeyError, TypeError, ValueError):
+            timeline.auto_profile = (int(data["t"]), str(data["why"]))
     elif kind == "gpu_timeline":  # a profiler capture's trace, read (jobs/captures.py)
         with contextlib.suppress(KeyError, TypeError, ValueError):
             timeline.gpu_timelines[int(data["pid"])] = RankTimeline.from_dict(data["timeline"])

@@ -144,6 +144,8 @@ class Timeline:
     cpu_peak: CpuPeak | None = None
     # each process's latest profiler capture, read as a GPU timeline (jobs/captures.py)
     gpu_timelines: dict[int, RankTimeline] = field(default_factory=dict)
+    # when the doctor asked for a capture by itself, and why (diagnosis/auto_profile.py)
+    auto_profile: tuple[int, str] | None = None
     # when each profiler capture's result arrived (the newest reading then: a marker)
     profiles: list[int] = field(default_factory=list)
 

@@ -9,6 +9,7 @@ and Chinese as a user meets them."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gzip
 import io
 import json
@@ -252,3 +253,49 @@ def test_the_profile_screen_draws_one_step_of_the_gpu() -> None:
     text = str(timeline_text(sparse))
     assert "one step on the GPU:" in text and "251 kernels a step" in text
     assert "gemm" in text.lower()
+
+
+@pytest.mark.parametrize(
+    ("name", "captured"),
+    [
+        ("healthy", True),  # small batch on an H200: GPU idle, nothing on the host says why
+        ("convnet", True),
+        ("dataloader_bound", False),  # the input explains the idle GPU
+        ("host_sync", False),  # the syncs do
+        ("out_of_memory", False),
+    ],
+)
+def test_the_doctor_captures_by_itself_only_when_nothing_explains_an_idle_gpu(
+    name: str, captured: bool
+) -> None:
+    from gpudoctor.diagnosis.auto_profile import should_capture
+
+    window = load_recorded_session(name).window()
+    assert (should_capture(window) is not None) == captured
+    # never twice, nor over a capture someone asked for
+    asked = dataclasses.replace(window, facts={**window.facts, "profile": {"capture": 1}})
+    assert should_capture(asked) is None
+
+
+def test_a_job_that_profiles_itself_keeps_its_profiler(tmp_path: Path) -> None:
+    """The doctor's capture never starts over the job's own torch.profiler: it says it
+    skipped, and the job's profile and output are its own."""
+    script = tmp_path / "own_profiler.py"
+    script.write_text(
+        "import torch\nmodel = torch.nn.Linear(8, 1)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nx = torch.randn(16, 8)\n"
+        "with torch.profiler.profile() as prof:\n"
+        "    for i in range(40):\n"
+        "        opt.zero_grad(); model(x).sum().backward(); opt.step()\n"
+        "names = {e.key for e in prof.key_averages()}\n"
+        "print('own profile', 'aten::addmm' in names)\n"
+    )
+    report = tmp_path / "r.json"
+    proc = doctor(
+        "run", "--headless", "--no-stacks", "--report", str(report), "--profile-steps", "3",
+        "--", PY, str(script),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "own profile True" in proc.stdout
+    data = json.loads(report.read_text())
+    assert data["profile"] is None and data["steps"]["count"] == 40

@@ -37,6 +37,7 @@ class RunRequest:
     env: dict[str, str] = field(default_factory=dict)  # more for the job (a trial's remedy)
     exchange_ranks: bool = True  # a multi-node job: trade rank summaries with other nodes
     sample_lines: bool = True  # py-spy names the lines the time outside the model goes to
+    auto_profile: bool = True  # a capture by the doctor itself (diagnosis/auto_profile.py)
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ def launch(
         extra_env={**profile_env(request), **request.env},
         exchange_ranks=request.exchange_ranks,
         py_spy=find_py_spy() if request.sample_lines else None,
+        auto_profile=request.auto_profile,
     )
     job.start()
     return job

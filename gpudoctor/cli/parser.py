@@ -158,6 +158,11 @@ def build_parser() -> argparse.ArgumentParser:
         help=_("do not sample the job's stacks with py-spy (which names the lines of your code "
         "that the time outside the model goes to)"),
     )  # fmt: skip
+    run.add_argument(
+        "--no-auto-profile", action="store_true",
+        help=_("never capture a few steps with torch.profiler unasked (the doctor does it "
+        "once when the GPU idles and nothing on the host explains it)"),
+    )  # fmt: skip
     run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="[--] CMD [ARGS...]", help=cmd_help)
 
     watch = add("watch", _("attach to a running job (no code injected; it is never stopped)"))

@@ -50,6 +50,7 @@ def command(args: argparse.Namespace) -> int:
         profile_trace=args.profile_trace,
         exchange_ranks=not args.no_rank_exchange,
         sample_lines=not args.no_stacks,
+        auto_profile=not args.no_auto_profile,
     )
     path = report_path(args, "run", html=True)
     try:

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from gpudoctor import probe, run_folders
+from gpudoctor.diagnosis.auto_profile import STEPS as AUTO_STEPS
+from gpudoctor.diagnosis.auto_profile import should_capture
 from gpudoctor.diagnosis.gpu_timeline import RankTimeline
 from gpudoctor.diagnosis.ranks import RankSummary, rank_summaries
 from gpudoctor.diagnosis.window import WARMUP_STEPS
@@ -47,6 +49,8 @@ EXCHANGE_S = 2.0
 EXCHANGE_STEPS = 500
 # At the job's end, a capture's trace still being read is waited for this long.
 CAPTURE_WAIT_S = 30.0
+# How often the doctor asks whether to capture by itself (diagnosis/auto_profile.py)
+AUTO_CHECK_S = 10.0
 
 
 class LaunchError(Exception):
@@ -78,6 +82,7 @@ class LaunchedJob(Recorder):
         extra_env: dict[str, str] | None = None,
         exchange_ranks: bool = True,
         py_spy: str | None = None,
+        auto_profile: bool = False,
     ) -> None:
         super().__init__(command, store, interval_s, max_seconds, nvml)
         # a multi-node torchrun job: trade rank summaries with the other nodes' doctors
@@ -105,6 +110,9 @@ class LaunchedJob(Recorder):
         self.lines = HotspotSampler(py_spy) if py_spy else None
         # profiler captures' traces, read as GPU timelines as they come (jobs/captures.py)
         self.captures = Captures()
+        # a capture by the doctor itself, once, when the GPU idles unexplained
+        self.auto_profile = auto_profile
+        self._auto_checked = 0.0
 
     @property
     def job_pid(self) -> int | None:
@@ -212,6 +220,8 @@ class LaunchedJob(Recorder):
         if self.lines is not None:
             self._sample_lines(self.lines)
         self._keep_captures(self.captures.poll(self.timeline.facts))
+        if self.auto_profile and time.monotonic() - self._auto_checked >= AUTO_CHECK_S:
+            self._maybe_capture()
         if self.exchange is not None and time.monotonic() - self._exchanged >= EXCHANGE_S:
             self._exchange_ranks(self.exchange)
         if not self.server.still_bound():  # removed by someone: made again
@@ -256,6 +266,19 @@ class LaunchedJob(Recorder):
         if chunk is not None:
             self.timeline.hotspots.append(chunk)
             self.store.add(self.session_id, "hotspots", chunk.t_end_mono_ns, encode(chunk))
+
+    def _maybe_capture(self) -> None:
+        """A capture by the doctor itself (diagnosis/auto_profile.py), once."""
+        assert self.session_id is not None
+        self._auto_checked = time.monotonic()
+        why = should_capture(self.timeline.window(max_steps=2000, max_samples=60))
+        if why is None:
+            return
+        self.auto_profile = False
+        self.request_profile(AUTO_STEPS)
+        t = time.monotonic_ns()
+        self.timeline.auto_profile = (t, why)
+        self.store.add(self.session_id, "auto_profile", t, {"t": t, "why": why})
 
     def _keep_captures(self, found: list[tuple[int, RankTimeline]]) -> None:
         assert self.session_id is not None

@@ -75,6 +75,11 @@ class Profiling:
 
     def _start(self, agent: Any, steps: int, steps_done: int) -> None:
         torch = agent.torch
+        enabled = getattr(torch.autograd.profiler, "_is_profiler_enabled", False)
+        if enabled:  # the job profiles itself: a second profiler would take its events
+            agent.fact("profile_status", {"state": "skipped", "steps": steps})
+            agent.fact("job_profiler", True)
+            return
         activities = [torch.profiler.ProfilerActivity.CPU]
         if str(agent.facts.get("device", "cpu")).startswith("cuda"):
             activities.append(torch.profiler.ProfilerActivity.CUDA)

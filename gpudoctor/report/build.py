@@ -8,6 +8,7 @@ import socket
 import statistics
 from typing import Any
 
+from gpudoctor.diagnosis.auto_profile import STEPS as AUTO_STEPS
 from gpudoctor.diagnosis.engine import diagnose
 from gpudoctor.diagnosis.ranks import RankMeasure
 from gpudoctor.diagnosis.remedies import CATALOGUE
@@ -440,6 +441,15 @@ def _notes(timeline: Timeline, w: Window) -> list[str]:
     if timeline.mode == "watch":
         return _watch_notes(timeline, w)
     notes = []
+    if timeline.auto_profile is not None:
+        t, why = timeline.auto_profile
+        notes.append(
+            _(
+                "The doctor captured {steps} steps with torch.profiler by itself at {at:.0f} s, "
+                "to read the GPU's own timeline: {why} (those steps ran slower under the "
+                "profiler; --no-auto-profile turns this off)"
+            ).format(steps=AUTO_STEPS, at=(t - timeline.start_mono_ns) / 1e9, why=why)
+        )
     # a script's parsed options come without torch: only torch's own facts say it loaded
     saw_torch = any("torch_version" in facts for facts in timeline.facts.values())
     if not saw_torch and not timeline.steps:
