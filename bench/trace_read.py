@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "traces"
+SHARED = ROOT / "tests" / "fixtures" / "traces" / "hta"  # ../shared/traces, copied
 PY = sys.executable
 
 OURS = """

@@ -1,7 +1,8 @@
 """`gpudoctor trace` (issue 42): the GPU timeline of real Kineto traces.
 
 The numbers are checked against Holistic Trace Analysis 0.5.0 (the oracle, called with
-its default arguments) on every trace in ../shared/traces where it gives one; the
+its default arguments) on every trace of ../shared/traces (copied into
+tests/fixtures/traces/hta) where it gives one; the
 findings on the traces recorded on an H200 (tests/fixtures/traces) against what the
 sample jobs were made to show; the command's bad input, CPU-only and AMD traces, JSON
 and Chinese as a user meets them."""
@@ -28,12 +29,11 @@ from gpudoctor.report.render import summary
 from gpudoctor.sources import kineto
 from gpudoctor.store import apply_record
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
+SHARED = FIXTURES / "traces" / "hta"  # ../shared/traces, copied with its licence
 H200 = FIXTURES / "traces"
 # the folders HTA analyses (cupti has no GPU events: HTA fails on it, ours says why)
 HTA_FOLDERS = ["a100-2ranks", "a100-8ranks-control", "a100-nccl", "alexnet", "amd-mi250", "v100-ns"]
 
-needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/traces is not here")
 
 
 def hta(folder: Path, tmp_path: Path) -> Any:
@@ -48,7 +48,6 @@ def hta(folder: Path, tmp_path: Path) -> Any:
         return TraceAnalysis(trace_dir=str(copy))
 
 
-@needs_shared
 @pytest.mark.parametrize("name", HTA_FOLDERS)
 def test_the_numbers_agree_with_holistic_trace_analysis(name: str, tmp_path: Path) -> None:
     folder = SHARED / name
@@ -85,7 +84,6 @@ def trace(*args: str) -> Any:
     return doctor("trace", *args)
 
 
-@needs_shared
 def test_two_ranks_side_by_side_with_the_straggler_named() -> None:
     proc = trace(str(SHARED / "a100-2ranks"), "--json")
     assert proc.returncode == 0, proc.stderr
@@ -153,7 +151,6 @@ def test_kernel_names_are_classed_as_hta_and_cublas_name_them() -> None:
     assert not is_fp32_matmul("void fbgemm_gpu::permute_2D_data_kernel<false, int, int>")
 
 
-@needs_shared
 def test_a_cpu_only_trace_says_so_and_an_amd_trace_is_read_like_nvidia() -> None:
     proc = trace(str(SHARED / "cupti"), "--json")
     assert proc.returncode == 0, proc.stderr
