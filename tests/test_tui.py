@@ -28,6 +28,7 @@ from gpudoctor.timeline import Timeline
 from gpudoctor.tui.app import make_live_app, make_replay_app
 from gpudoctor.tui.screens import FindingScreen, HelpScreen, QuitScreen
 from gpudoctor.tui.widgets import FindingsPanel, GpuPanel, HostPanel, JobPanel, OutputPanel
+from gpudoctor.units import cell_width
 
 
 async def open_finding(app: Any, pilot: Any, finding_id: str) -> FindingScreen:
@@ -638,3 +639,28 @@ def test_a_live_view_diagnoses_every_few_seconds_and_at_the_end(tmp_path: Path) 
     (last,) = ended
     assert last.findings is not ticks[-1][1]
     assert "input-bound" in [f.id for f in last.findings]
+
+
+def test_at_80x24_the_end_reads_as_everywhere_and_never_wraps() -> None:
+    """Issue 40, points 8 and 10: at 80x24 'ended (exit, exit code 0)  up 0:08' wrapped
+    to a line of its own, and said the end in other words than the header and the
+    report. The job panel says it in the report's words, on one line."""
+    from conftest import FIXTURES, load_session_file
+
+    from gpudoctor.report.render import ended_words
+
+    timeline = load_session_file(FIXTURES / "cpu_session_dataloader_bound.json.gz")
+    app: Any = make_replay_app(timeline, 7)
+    assert timeline.exit is not None
+    words = ended_words(timeline.exit.ended_by, timeline.exit.exit_code, None)
+
+    async def drive() -> None:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            panel = app.query_one(JobPanel)
+            lines = text_of(panel).splitlines()
+            assert lines[1].startswith("pid ") and words in lines[1], lines
+            assert all(cell_width(line) <= panel.size.width for line in lines)
+            await pilot.press("q")
+
+    asyncio.run(drive())

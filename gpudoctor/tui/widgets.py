@@ -16,7 +16,7 @@ from gpudoctor.model import Finding, GpuProcess, GpuSample
 from gpudoctor.prescribe.how import how
 from gpudoctor.redact import redact_text
 from gpudoctor.report.build import gpu_reason_words
-from gpudoctor.report.render import how_words
+from gpudoctor.report.render import ended_words
 from gpudoctor.snapshot import Snapshot
 from gpudoctor.terminal import OutputLine
 from gpudoctor.tui.messages import PanelResized
@@ -239,7 +239,11 @@ class JobPanel(Panel):
                 )
             out.append("\n" + _("step times: not timed (estimates from py-spy)"), "dim")
         else:
-            out.append(f"\npid {s.job_pid or '-'}  {state}  {up}")
+            line = f"pid {s.job_pid or '-'}  {state}  {up}"
+            # one line: the job's age goes before the line would wrap (issue 40, point 10)
+            out.append(
+                "\n" + (line if cell_width(line) <= width else f"pid {s.job_pid or '-'}  {state}")
+            )
             out.append(
                 "\n"
                 + _("steps {steps}  step p50 {p50} p90 {p90}").format(
@@ -297,9 +301,8 @@ def _ended(s: Snapshot) -> str:
     e = s.exit
     if e is None:
         return _("running")
-    if e.ended_by == "detached":
-        return _("left running")
-    return _("ended ({how}, exit code {code})").format(how=how_words(e.ended_by), code=e.exit_code)
+    # the words of the header, the headless summary and the report (issue 40, point 10)
+    return ended_words(e.ended_by, e.exit_code, None)
 
 
 class OutputPanel(Panel):
