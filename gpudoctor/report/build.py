@@ -11,15 +11,14 @@ from typing import Any
 from gpudoctor.diagnosis.auto_profile import STEPS as AUTO_STEPS
 from gpudoctor.diagnosis.engine import diagnose
 from gpudoctor.diagnosis.ranks import RankMeasure
-from gpudoctor.diagnosis.remedies import CATALOGUE
 from gpudoctor.diagnosis.speed_of_light import speed_of_light
 from gpudoctor.diagnosis.window import Window, percentile
 from gpudoctor.i18n import _
 from gpudoctor.model import Finding
-from gpudoctor.prescribe.how import how
 from gpudoctor.prescribe.predict import first_remedy
 from gpudoctor.probe.clock import MAX_BUFFERED_STEPS
 from gpudoctor.redact import redact_argv, redact_facts, redact_text
+from gpudoctor.report.findings import finding_line
 from gpudoctor.report.gpu_timeline import rank_dict
 from gpudoctor.report.values import (
     DoctorInfo,
@@ -30,7 +29,6 @@ from gpudoctor.report.values import (
     ProbeInfo,
     Profile,
     RankLine,
-    RemedyLine,
     Report,
     Stall,
     StepMeasures,
@@ -289,27 +287,9 @@ def _doctor_notes(timeline: Timeline) -> list[str]:
 
 
 def _finding(f: Finding, w: Window, cores: int, lang: str) -> FindingLine:
-    facts = w.advice_facts
     prediction = first_remedy(f, w, cores)  # None: nothing measured says what it buys
     predicted = {"remedy": f.remedies[0], **prediction.as_dict()} if prediction else None
-    return FindingLine(
-        id=f.id,
-        severity=f.severity,
-        title=f.title,
-        evidence=f.evidence,
-        estimated_gain=f.estimated_gain,
-        confidence=f.confidence,
-        remedies=tuple(
-            RemedyLine(
-                id=r,
-                title=CATALOGUE[r].title[lang],
-                how=how(r, facts, cores, lang),
-                guide=CATALOGUE[r].guide_section,
-            )
-            for r in f.remedies
-        ),
-        predicted_speedup=predicted,
-    )
+    return finding_line(f, w.advice_facts, cores, lang, predicted)
 
 
 def _steps(w: Window) -> StepMeasures:

@@ -16,12 +16,10 @@ from gpudoctor.diagnosis.gpu_timeline import (
     analyse,
     straggler,
 )
-from gpudoctor.diagnosis.remedies import CATALOGUE
 from gpudoctor.diagnosis.timeline_rules import diagnose
 from gpudoctor.i18n import _
 from gpudoctor.model import Finding
-from gpudoctor.prescribe.how import how
-from gpudoctor.report.values import FindingLine, RemedyLine
+from gpudoctor.report.findings import finding_line
 from gpudoctor.units import ms_text
 
 SHOWN_KERNELS = 5  # in the text; the JSON has gpu_timeline.TOP_KERNELS
@@ -30,26 +28,6 @@ NAME_WIDTH = 70  # kernel names in the text: C++ templates run to hundreds of ch
 
 def _round(x: float | None, digits: int = 2) -> float | None:
     return None if x is None else round(x, digits)
-
-
-def finding_line(f: Finding, lang: str) -> FindingLine:
-    return FindingLine(
-        id=f.id,
-        severity=f.severity,
-        title=f.title,
-        evidence=f.evidence,
-        estimated_gain=f.estimated_gain,
-        confidence=f.confidence,
-        remedies=tuple(
-            RemedyLine(
-                id=r,
-                title=CATALOGUE[r].title[lang],
-                how=how(r, {}, 0, lang),
-                guide=CATALOGUE[r].guide_section,
-            )
-            for r in f.remedies
-        ),
-    )
 
 
 class TraceReport:
@@ -66,7 +44,7 @@ class TraceReport:
                 if kept is None or f.rank_key() < kept[1].rank_key():
                     best[f.id] = (rank, f)
         self.findings = [
-            (rank, finding_line(f, lang))
+            (rank, finding_line(f, {}, 0, lang))
             for rank, f in sorted(best.values(), key=lambda rf: rf[1].rank_key())
         ]
         self.multi = len(self.ranks) > 1
