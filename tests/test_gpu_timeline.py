@@ -35,7 +35,6 @@ H200 = FIXTURES / "traces"
 HTA_FOLDERS = ["a100-2ranks", "a100-8ranks-control", "a100-nccl", "alexnet", "amd-mi250", "v100-ns"]
 
 
-
 def hta(folder: Path, tmp_path: Path) -> Any:
     """Holistic Trace Analysis on a copy of the folder (it writes beside the traces)."""
     warnings.filterwarnings("ignore")
