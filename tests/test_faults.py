@@ -431,5 +431,9 @@ def test_a_headless_ctrl_c_says_nothing_inside_the_jobs_traceback(tmp_path: Path
     time.sleep(1.0)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
-    assert "KeyboardInterrupt" in err
-    assert "waiting for the job to stop" not in err, err
+    assert "Traceback" in err and "KeyboardInterrupt" in err, err
+    # the traceback whole, from its first line to its last: nothing of the doctor's in it
+    # (a job slow to stop, on a busy machine, may be told it is waited for: after it)
+    start = err.index("Traceback")
+    end = err.index("KeyboardInterrupt", start)
+    assert "gpudoctor" not in err[start:end], err
