@@ -20,7 +20,7 @@ from typing import Any
 
 import psutil
 import pytest
-from conftest import PY, ROOT, SAMPLES, doctor
+from conftest import PY, ROOT, SAMPLES, as_from_a_terminal, doctor
 from rich.cells import cell_len
 from test_probe_promises import job, plain_started, the_job, wait_for_line, wait_gone
 from test_tui_terminal import close, run_in_tmux, tmux, wait_screen
@@ -425,6 +425,7 @@ def test_a_headless_ctrl_c_says_nothing_inside_the_jobs_traceback(tmp_path: Path
     proc = subprocess.Popen(
         [PY, "-m", "gpudoctor", "run", "--headless", "--no-stacks", "--", PY, str(script)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=as_from_a_terminal,  # SIGINT as a terminal leaves it, not ignored
     )  # fmt: skip
     assert proc.stdout is not None
     assert proc.stdout.readline() == "ready\n"
