@@ -300,23 +300,42 @@ def _gpu_idle(
     return StreamIdle(-1, host, kernel, other), short, long_host
 
 
-def counted_events(trace: RankTrace) -> list[GpuEvent]:
+def counted_events(trace: RankTrace, launches: dict[int, HostCall] | None = None) -> list[GpuEvent]:
     """The GPU events the analysis counts: with two or more ProfilerStep ranges, those
-    launched before the last step began (HTA's default)."""
+    launched before the last step began (HTA's default). `launches`: the trace's calls
+    by correlation, when the caller has them already."""
     if len(trace.steps) < 2:
         return list(trace.gpu)
     cutoff = max(ts for ts, _, _ in trace.steps)
-    launched = {c.correlation: c.ts for c in trace.calls}
-    return [e for e in trace.gpu if e.correlation in launched and launched[e.correlation] < cutoff]
+    if launches is None:
+        launches = {c.correlation: c for c in trace.calls}
+    return [
+        e for e in trace.gpu
+        if (c := launches.get(e.correlation)) is not None and c.ts < cutoff
+    ]  # fmt: skip
+
+
+def _by_kind(events: Sequence[GpuEvent]) -> dict[str, list[tuple[float, float]]]:
+    """The events' intervals by kernel_kind, each name classed once (a trace runs the
+    same kernels thousands of times)."""
+    kinds: dict[str, str] = {}
+    out: dict[str, list[tuple[float, float]]] = {}
+    for e in events:
+        kind = kinds.get(e.name)
+        if kind is None:
+            kind = kinds[e.name] = kernel_kind(e.name)
+        out.setdefault(kind, []).append((e.ts, e.end))
+    return out
 
 
 def analyse(trace: RankTrace) -> RankTimeline:
-    events = counted_events(trace)
     launches = {c.correlation: c for c in trace.calls}
+    events = counted_events(trace, launches)
     every = merged((e.ts, e.end) for e in events)
-    compute = merged((e.ts, e.end) for e in events if kernel_kind(e.name) == "compute")
-    comm = merged((e.ts, e.end) for e in events if kernel_kind(e.name) == "communication")
-    memory = merged((e.ts, e.end) for e in events if kernel_kind(e.name) == "memory")
+    kinds = _by_kind(events)
+    compute = merged(kinds.get("compute", ()))
+    comm = merged(kinds.get("communication", ()))
+    memory = merged(kinds.get("memory", ()))
     if every:
         span = every[-1][1] - every[0][0]
         busy = _length(every)
