@@ -23,6 +23,9 @@ def status_line(timeline: Timeline, width: int | None = None) -> str:
     elapsed = timeline.duration_s()
     steps = timeline.main_steps()
     parts = [_("steps {n}").format(n=timeline.total_steps())]
+    rate_part: str | None = None  # the parts that go first when the line is too wide
+    cpu_part: str | None = None
+    short_cpu: str | None = None
     if timeline.mode == "watch":
         parts = [f"pid {timeline.watched_pid}"] + _stack_words(timeline)
     elif steps:
@@ -32,7 +35,8 @@ def status_line(timeline: Timeline, width: int | None = None) -> str:
         w = Window(steps=tuple(reversed(recent or [steps[-1]])))
         parts.append(_("step {ms}").format(ms=ms_text(w.step_median_ms)))
         if w.steps_per_s:
-            parts.append(f"{w.steps_per_s:.1f}/s")
+            rate_part = f"{w.steps_per_s:.1f}/s"
+            parts.append(rate_part)
         if w.step_wall_s:
             parts.append(_("data wait {wait:.0%}").format(wait=w.data_wait_fraction))
     if timeline.gpus:
@@ -48,10 +52,9 @@ def status_line(timeline: Timeline, width: int | None = None) -> str:
         hosts = list(islice(reversed(timeline.host), round(RECENT_S)))
         cpu = sorted(h.cpu_pct for h in hosts)[len(hosts) // 2]
         cores = sorted(h.job_cpu_cores for h in hosts)[len(hosts) // 2]
-        parts.append(_("CPU {cpu:.0f}% (job {cores:.1f} cores)").format(cpu=cpu, cores=cores))
         short_cpu = _("CPU {cpu:.0f}%").format(cpu=cpu)
-    else:
-        short_cpu = None
+        cpu_part = _("CPU {cpu:.0f}% (job {cores:.1f} cores)").format(cpu=cpu, cores=cores)
+        parts.append(cpu_part)
     trouble = timeline.store_trouble()
     if trouble is not None:
         parts.append(_("store not written ({trouble}): kept in memory").format(trouble=trouble))
@@ -59,11 +62,10 @@ def status_line(timeline: Timeline, width: int | None = None) -> str:
     line = head + " · ".join(parts)
     if width is None or cell_width(line) <= width:
         return line
-    if short_cpu is not None:  # the job's cores first
-        parts = [short_cpu if p.startswith(short_cpu) else p for p in parts]
-    rate = [p for p in parts if p.endswith("/s") and p[:-2].replace(".", "").isdigit()]
-    if cell_width(head + " · ".join(parts)) > width and rate:  # then the step rate
-        parts.remove(rate[0])
+    if cpu_part is not None and short_cpu is not None:  # the job's cores first
+        parts[parts.index(cpu_part)] = short_cpu
+    if cell_width(head + " · ".join(parts)) > width and rate_part is not None:  # the rate
+        parts.remove(rate_part)
     return clip(head + " · ".join(parts), width)
 
 
