@@ -75,7 +75,7 @@ class CudaHooks:
             def method(t: Any, *args: Any, **kwargs: Any) -> Any:
                 self.in_sync = True  # printing calls .item() inside: one sync, not many
                 clock.syncs += 1
-                t0 = now()
+                t0 = now() if agent.detail else 0  # a counted step keeps no split
                 try:
                     return patch.original(t, type(t))(*args, **kwargs)
                 except BaseException as exc:
@@ -85,7 +85,8 @@ class CudaHooks:
                     self.in_sync = False
                     # waiting for the GPU between two steps (a loss printed after the
                     # update) is the step's bookkeeping, never data wait (clock.py)
-                    clock.housekeeping(t0, now())
+                    if t0:
+                        clock.housekeeping(t0, now())
 
             patch = ClassPatch(tensor, name, unseen(method), self.wants_sync, self.busy)
             return patch
