@@ -208,9 +208,19 @@ def test_a_capture_of_a_run_is_read_as_its_gpu_timeline(tmp_path: Path) -> None:
         "--profile-steps", "5", "--", PY, str(SAMPLES / "healthy.py"), "--steps", "60",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
-    timeline = json.loads(report.read_text())["gpu_timeline"]
+    data = json.loads(report.read_text())
+    timeline = data["gpu_timeline"]
     kept = Path(timeline["path"])
     assert kept.parent == tmp_path / "traces" and kept.exists()
+    # the report names the trace that was kept (the probe's folder is gone with the run)
+    assert data["profile"]["trace"] == str(kept)
+    # what the capture cost the job: the time it held it, and beyond 5 ordinary steps
+    profile = data["profile"]
+    assert 0 <= profile["cost_s"] <= profile["held_s"] < data["duration_s"]
+    assert any(
+        n.startswith("5 steps ran under torch.profiler: the capture held the job")
+        for n in data["notes"]
+    ), data["notes"]
     assert oct(kept.stat().st_mode & 0o777) == "0o600"
     assert timeline["span_us"] is None and timeline["cpu_ops"] > 0 and timeline["steps"] == 4
     assert "GPU timeline of the capture: no GPU events" in proc.stderr

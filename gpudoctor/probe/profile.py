@@ -15,6 +15,7 @@ that trace readers (Holistic Trace Analysis, Perfetto, `gpudoctor trace`) find t
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 ENV_PROFILE_STEPS = "GPUDOCTOR_PROFILE_STEPS"
@@ -42,6 +43,7 @@ class Profiling:
         self.marker: Any = None  # the open ProfilerStep#N range
         self.left = 0
         self.captures = 0
+        self.started_ns = 0  # when the capture began holding the job (its cost, reported)
 
     @property
     def running(self) -> bool:
@@ -80,6 +82,7 @@ class Profiling:
             agent.fact("profile_status", {"state": "skipped", "steps": steps})
             agent.fact("job_profiler", True)
             return
+        self.started_ns = time.perf_counter_ns()
         activities = [torch.profiler.ProfilerActivity.CPU]
         if str(agent.facts.get("device", "cpu")).startswith("cuda"):
             activities.append(torch.profiler.ProfilerActivity.CUDA)
@@ -114,6 +117,10 @@ class Profiling:
         if trace:
             profiler.export_chrome_trace(trace)
             result["trace"] = trace
+        # the whole time the capture held the training thread: the profiler's start, the
+        # captured steps, the table and the trace's writing (the report sets it against
+        # as many ordinary steps: what the capture cost the job)
+        result["held_ms"] = round((time.perf_counter_ns() - self.started_ns) / 1e6, 1)
         agent.fact("profile", result)
         agent.fact("profile_status", {"state": "done", "steps": steps})
 

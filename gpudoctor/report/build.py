@@ -92,6 +92,10 @@ def build(timeline: Timeline, session_id: int | None, lang: str = "en") -> Repor
     job_exit = timeline.exit
     counts = timeline.counted_steps()
     profile = facts.get("profile")
+    kept = window.gpu_timeline.path if window.gpu_timeline is not None else None
+    if profile and kept:  # the probe wrote it in a folder of the run's: the doctor kept it here
+        profile = {**profile, "trace": kept}
+    step_ms = window.step_median_ms if window.steady_steps and not window.estimated else None
     # for people: secrets masked (the store keeps the command as it ran)
     audited = {k: facts[k] for k in AUDIT_KEYS if k in facts}
     command, shown_facts = redact_argv(timeline.command), redact_facts(audited)
@@ -126,7 +130,7 @@ def build(timeline: Timeline, session_id: int | None, lang: str = "en") -> Repor
             bad_messages=timeline.bad_messages,
         ),
         # torch.profiler's top operators, when asked
-        profile=Profile.of(profile) if profile else None,
+        profile=Profile.of(profile, step_ms) if profile else None,
         notes=tuple(_notes(timeline, window) + ([masked_note()] if masked else [])),
         doctor=_doctor(timeline),
         ranks=tuple(
@@ -426,8 +430,7 @@ def _notes(timeline: Timeline, w: Window) -> list[str]:
         notes.append(
             _(
                 "The doctor captured {steps} steps with torch.profiler by itself at {at:.0f} s, "
-                "to read the GPU's own timeline: {why} (those steps ran slower under the "
-                "profiler; --no-auto-profile turns this off)"
+                "to read the GPU's own timeline: {why} (--no-auto-profile turns this off)"
             ).format(steps=AUTO_STEPS, at=(t - timeline.start_mono_ns) / 1e9, why=why)
         )
     # a script's parsed options come without torch: only torch's own facts say it loaded
@@ -484,15 +487,32 @@ def _notes(timeline: Timeline, w: Window) -> list[str]:
         )
     profile = timeline.merged_facts().get("profile")
     if profile:
-        notes.append(
-            _(
-                "{steps} steps ran under torch.profiler (slower, and the table was built in the "
-                "job at the end): they are part of the step measures."
-            ).format(steps=profile.get("steps"))
-        )
+        notes.append(_capture_note(profile, w, timeline.duration_s()))
     if timeline.exit is None:
         notes.append(_("The doctor stopped before the job ended: the record ends there."))
     return notes + _doctor_notes(timeline)
+
+
+def _capture_note(fact: dict[str, Any], w: Window, run_s: float) -> str:
+    """What a profiler capture cost the job: the time it held the training thread against
+    as many ordinary steps (the steady median), and that as a share of the run."""
+    step_ms = w.step_median_ms if w.steady_steps and not w.estimated else None
+    p = Profile.of(fact, step_ms)
+    if p.held_s is None or p.cost_s is None:
+        return _(
+            "{steps} steps ran under torch.profiler (slower, and the table was built in the "
+            "job at the end): they are part of the step measures."
+        ).format(steps=p.steps)
+    share = p.cost_s / run_s if run_s > 0 else 0.0
+    return _(
+        "{steps} steps ran under torch.profiler: the capture held the job {held} (its start, "
+        "the steps, the table and the trace's writing), {cost} more than {steps} ordinary "
+        "steps take, {share:.1%} of the run; those steps are part of the step measures."
+    ).format(steps=p.steps, held=_seconds(p.held_s), cost=_seconds(p.cost_s), share=share)
+
+
+def _seconds(s: float) -> str:
+    return f"{s * 1000:.0f} ms" if s < 1 else f"{s:.1f} s"
 
 
 def _watch_notes(timeline: Timeline, w: Window) -> list[str]:

@@ -104,9 +104,8 @@ def summary(report: Report) -> str:
             lines.append(
                 f"      {op.self_time_us(p.sort):>10.0f} us  {op.calls:>6} calls  {op.name}"
             )
-        trace = (report.gpu_timeline or {}).get("path") if report.gpu_timeline else p.trace
-        if trace:
-            lines.append(f"      trace: {trace}")
+        if p.trace:
+            lines.append(f"      trace: {p.trace}")
     if report.gpu_timeline is not None:
         lines.append(f"  {timeline_words(report.gpu_timeline)}")
     if report.hotspots:

@@ -296,15 +296,26 @@ class Profile:
     sort: str  # "device" or "cpu": what the operators are ordered by
     operators: tuple[Operator, ...]
     trace: str | None
+    # how long the capture held the job (the profiler's start, its steps, the table and
+    # the trace's writing), and how much of that is more than as many ordinary steps
+    held_s: float | None = None
+    cost_s: float | None = None
 
     @classmethod
-    def of(cls, fact: Mapping[str, Json]) -> Profile:
+    def of(cls, fact: Mapping[str, Json], step_ms: float | None = None) -> Profile:
+        held_ms, steps = fact.get("held_ms"), fact.get("steps")
+        held_s = round(held_ms / 1000, 3) if isinstance(held_ms, (int, float)) else None
+        cost_s = None
+        if held_s is not None and step_ms is not None and isinstance(steps, int):
+            cost_s = round(max(0.0, held_s - steps * step_ms / 1000), 3)
         return cls(
             capture=fact.get("capture"),
-            steps=fact.get("steps"),
+            steps=steps,
             sort=str(fact.get("sort", "cpu")),
             operators=tuple(Operator(**op) for op in fact.get("operators", ())),
             trace=fact.get("trace"),
+            held_s=held_s,
+            cost_s=cost_s,
         )
 
     def to_dict(self) -> dict[str, Json]:
@@ -316,6 +327,9 @@ class Profile:
         }
         if self.trace is not None:
             out["trace"] = self.trace
+        if self.held_s is not None:
+            out["held_s"] = self.held_s
+            out["cost_s"] = self.cost_s
         return out
 
 
