@@ -82,7 +82,14 @@ def pad(text: str, width: int, right: bool = False) -> str:
 WORDS = re.compile(r"[\u2e80-\u9fff\uff00-\uffef]|[^\s\u2e80-\u9fff\uff00-\uffef]+|\s+")
 
 
-CLOSING = set("，。、；：？！）》」』")
+# Chinese line-breaking rules (W3C "Requirements for Chinese Text Layout", 3.1.7): no
+# line starts with a closing mark, none ends with an opening one
+CLOSING = set("，。、；：？！）》」』”")
+OPENING = set("（《「『“")
+# a line's last word (a CJK character, or a run of others) and the closing marks after it
+LAST_WORD = re.compile(
+    r"(?:[\u2e80-\u9fff]|[^\s\u2e80-\u9fff\uff00-\uffef]+)[" + "".join(CLOSING) + "]*$"
+)
 
 
 def wrap_columns(text: str, width: int) -> list[str]:
@@ -96,8 +103,12 @@ def wrap_columns(text: str, width: int) -> list[str]:
             continue
         if line and cell_width(line + word) > width:
             carried = ""
-            if word in CLOSING and len(line) > 1 and cell_width(line[-1]) == 2:
-                line, carried = line[:-1], line[-1]  # no line starts with a comma
+            if word in CLOSING:  # no line starts with a comma: its word goes with it
+                last = LAST_WORD.search(line)
+                if last is not None and line[: last.start()].strip():
+                    line, carried = line[: last.start()], last.group()
+            if len(line) > 1 and line[-1] in OPENING:
+                line, carried = line[:-1], line[-1] + carried  # nor ends with a bracket
             lines.append(line.rstrip())
             line = carried
         line += word

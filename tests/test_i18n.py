@@ -403,3 +403,25 @@ def test_no_function_binds_the_name_it_translates_with() -> None:
             if binds and calls:
                 found.append(f"{path.relative_to(ROOT)}: {fn.name}")
     assert found == []
+
+
+# Chinese text takes full-width punctuation beside Chinese characters (，：；！？（）),
+# and no space between two of them; the panels' label columns ("磁盘 读 {read} 写
+# {write}": a label, then its value's own label) are the exception, as their English is
+LABEL_COLUMNS = ("disk r {read} w {write}", "net  rx {rx} tx {tx}", "steps {steps}  step p50 {p50} p90 {p90}")  # fmt: skip
+HALF_WIDTH_BESIDE_CJK = re.compile(r"[\u4e00-\u9fff][,:;!?()]|[,:;!?()][\u4e00-\u9fff]")
+SPACE_IN_CJK = re.compile(r"[\u4e00-\u9fff] +[\u4e00-\u9fff]")
+
+
+def test_chinese_punctuation_is_full_width_and_has_no_stray_spaces() -> None:
+    from babel.messages.pofile import read_po
+
+    po = ROOT / "gpudoctor" / "locale" / "zh" / "LC_MESSAGES" / "gpudoctor.po"
+    with po.open("rb") as f:
+        catalogue = read_po(f)
+    texts = {str(m.id): str(m.string) for m in catalogue if m.id and isinstance(m.id, str)}
+    texts["guide"] = (ROOT / "gpudoctor" / "guide" / "zh.md").read_text()
+    mixed = {k: HALF_WIDTH_BESIDE_CJK.findall(v) for k, v in texts.items()}
+    assert not {k: v for k, v in mixed.items() if v}
+    spaced = {k: SPACE_IN_CJK.findall(v) for k, v in texts.items() if k not in LABEL_COLUMNS}
+    assert not {k: v for k, v in spaced.items() if v}
