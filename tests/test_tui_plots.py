@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from conftest import FIXTURES, PY, ROOT, SAMPLES, load_recorded_session, load_session_file, wait_for
+from rich.text import Text
 from test_tui_terminal import close, tmux, wait_screen
 
 from gpudoctor.app.follow import Follower
@@ -269,7 +270,16 @@ def test_a_plot_with_no_steps_yet_draws_what_it_has() -> None:
             step, cpu = list(app.query(RunPlot))
             assert step.trouble is None and cpu.trouble is None
             assert "none measured" in step.plt.build()
-            assert "core 0" in cpu.plt.build()
+            # each line named in a row of its own under the plot, in the line's colour,
+            # never on the plot, where Plotext puts a legend (over a busy core's line)
+            assert "core 0" not in cpu.plt.build()
+            rendered = cpu.render()
+            assert isinstance(rendered, Text)
+            last = rendered.plain.splitlines()[-1]
+            assert (
+                last.strip() == "── core 0" and len(rendered.plain.splitlines()) == cpu.size.height
+            )
+            assert any(span.style == "cyan" for span in rendered.spans)
 
     asyncio.run(drive())
 

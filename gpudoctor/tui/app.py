@@ -42,9 +42,10 @@ TALL_ROWS = 40  # from this many rows the findings panel is as tall as its conte
 # and the main screen shows plots of the run (HistoryStrip)
 WIDE_COLUMNS = 160  # from this many columns the main screen's plots are three
 MIN_PANEL_ROWS = 5  # the host and job panels keep at least this many rows
-# the main screen's strip of plots: its height at least (a plot's axes, title and ten
-# rows of data), at most, and the output's rows it leaves before it grows
-STRIP_ROWS, STRIP_MAX_ROWS, OUTPUT_ROWS = 12, 24, 10
+# the main screen's strip of plots: its height at least (a plot's axes, title, legend
+# and nine rows of data), at most, and the output's rows it leaves before it grows (the
+# output is a tail, `o` shows it all: a tall screen's rows go to the plots and findings)
+STRIP_ROWS, STRIP_MAX_ROWS, OUTPUT_ROWS = 12, 24, 6
 REPLAY_PAGE_S = 60.0
 
 
@@ -213,12 +214,12 @@ class DoctorApp(App[JobExit | None]):
         others = (GpuPanel, FindingsPanel, HistoryStrip, Header, Footer)
         room = self.size.height - sum(self.query_one(w).outer_size.height for w in others)
         rows = min(rows, max(MIN_PANEL_ROWS, room))
-        # a tall screen's strip of plots takes half of what the output would have past
+        # a tall screen's strip of plots takes what the output would have past
         # OUTPUT_ROWS (the output is a tail: o shows it all), up to STRIP_MAX_ROWS
         strip = self.query_one(HistoryStrip)
         if strip.display:
             base = room + strip.outer_size.height - STRIP_ROWS  # the output's, strip at least
-            height = min(STRIP_MAX_ROWS, STRIP_ROWS + max(0, base - rows - OUTPUT_ROWS) // 2)
+            height = min(STRIP_MAX_ROWS, STRIP_ROWS + max(0, base - rows - OUTPUT_ROWS))
             if height != self._strip_rows:
                 self._strip_rows = height
                 strip.styles.height = height

@@ -55,6 +55,13 @@ SPLIT_COLORS = {
 }
 
 
+# lines that name no colour of their own (cores, GPUs) take these in turn: the legend
+# row below the plot must know each line's colour (Plotext's own cycle is its own)
+LINE_COLORS = ("cyan", "magenta", "green", "yellow", "blue", "red", "white", "gray")
+# a Plotext colour as Rich writes it, for the legend row
+RICH_COLORS = {"gray": "bright_black"}
+
+
 class RunPlot(PlotextPlot):
     """One measure over the run: `kind` names which (KINDS)."""
 
@@ -68,6 +75,9 @@ class RunPlot(PlotextPlot):
         self.title = ""  # what it shows, once drawn (tests read it)
         self.trouble: str | None = None  # why Plotext could not draw it, if it could not
         self._built: tuple[tuple[int, Any, str], RenderResult] | None = None
+        # (name, colour, filled) of each line, drawn in a row of its own below the plot:
+        # Plotext's legend sits in the plot's top left, over the data there
+        self.legend: list[tuple[str, str, bool]] = []
 
     def draw(self, s: RunSeries | None) -> None:
         if s is self.drawn:
@@ -91,7 +101,7 @@ class RunPlot(PlotextPlot):
             if self._built is not None and self._built[0] == key:
                 return self._built[1]
             try:
-                text = super().render()
+                text = self._render_with_legend()
             except Exception as error:
                 self.trouble = f"{type(error).__name__}: {error}"
             else:
@@ -104,9 +114,23 @@ class RunPlot(PlotextPlot):
             "dim",
         )
 
+    def _render_with_legend(self) -> RenderResult:
+        """The plot, one row shorter, the legend's row below it (blank for a plot whose one
+        line is its title: plots side by side keep their axes in line)."""
+        width, height = self.size
+        if height < 6:
+            return super().render()
+        self._plot.plotsize(width, height - 1)
+        self._plot._set_size(width, height - 1)  # as PlotextPlot.render does
+        self._plot.theme(self._get_plotext_theme_name(self.app.theme))
+        plot = Text.from_ansi(self._plot.build())
+        plot.rstrip()  # its last line's end: the legend's row follows
+        return Text.assemble(plot, "\n", legend_row(self.legend, width))
+
     def _draw(self, s: RunSeries | None) -> None:
         plt = self.plt
         plt.clear_figure()
+        self.legend = []
         if s is None or s.empty:
             self.title = title_of(self.kind)
             plt.title(plot_text(_("{title}: no readings yet").format(title=self.title)))
@@ -123,14 +147,15 @@ class RunPlot(PlotextPlot):
         plt.xticks([at for at, _ in ticks], [words for _, words in ticks])
         plt.xlabel(plot_text(_("since the start")))
         top = 0.0
-        for name, points, color, fill in lines:
+        for n, (name, points, color, fill) in enumerate(lines):
+            color = color or LINE_COLORS[n % len(LINE_COLORS)]
             xs, ys = [x for x, _ in points], [y for _, y in points]
             # a filled area in half blocks: braille's finer fill costs 5-6x (bench/)
-            plt.plot(
-                xs, ys, label=plot_text(name), color=color, marker="sd" if fill else "braille",
-                fillx=fill,
-            )  # fmt: skip
+            plt.plot(xs, ys, color=color, marker="sd" if fill else "braille", fillx=fill)
             top = max([top, *ys])
+            self.legend.append((name, color, fill))
+        if len(self.legend) == 1 and self.kind in ("rate", "wait"):
+            self.legend = []  # its one line is what the title says
         if self.kind in PERCENT:
             plt.ylim(0, 100)
             plt.yticks([0, 25, 50, 75, 100])
@@ -138,7 +163,6 @@ class RunPlot(PlotextPlot):
             plt.ylim(0, top * 1.05 or 1.0)
         for n, _words, at in numbered_markers(s) if self.markers else []:
             plt.vline(at, "gray")
-            # on the bottom row: the legend holds the top left
             plt.text(str(n), at, 0.0, color="gray")
         if s.cursor_s is not None:
             plt.vline(s.cursor_s, "yellow")
@@ -167,6 +191,20 @@ class RunPlot(PlotextPlot):
         if len(series) <= MAX_LINES:
             return [(f"GPU {i}", p, None, False) for i, p in sorted(series.items())]
         return spread(series, "GPUs")
+
+
+def legend_row(legend: list[tuple[str, str, bool]], width: int) -> Text:
+    """Each line's mark in its colour and its name, cut with an ellipsis at `width`."""
+    row = Text(no_wrap=True, overflow="ellipsis")
+    row.append("  ")
+    for name, color, fill in legend:
+        row.append("██" if fill else "──", RICH_COLORS.get(color, color))
+        row.append(f" {name}   ")
+    row.rstrip()
+    if row.cell_len > width:
+        row.truncate(max(0, width - 1))
+        row.append("…")
+    return row
 
 
 PERCENT = ("wait", "split", "gpu_util", "cpu")  # plots from 0 to 100%
