@@ -80,6 +80,8 @@ def test_each_finding_reads_in_chinese_with_the_same_numbers(name: str) -> None:
         en.evidence,
         zh.evidence,
     )
+    # the parts the code joins keep Chinese punctuation too
+    assert not HALF_WIDTH_BESIDE_CJK.search(zh.title + zh.evidence), zh.evidence
 
 
 def test_a_language_without_a_catalogue_is_english() -> None:
@@ -409,7 +411,9 @@ def test_no_function_binds_the_name_it_translates_with() -> None:
 # and no space between two of them; the panels' label columns ("磁盘 读 {read} 写
 # {write}": a label, then its value's own label) are the exception, as their English is
 LABEL_COLUMNS = ("disk r {read} w {write}", "net  rx {rx} tx {tx}", "steps {steps}  step p50 {p50} p90 {p90}")  # fmt: skip
-HALF_WIDTH_BESIDE_CJK = re.compile(r"[\u4e00-\u9fff][,:;!?()]|[,:;!?()][\u4e00-\u9fff]")
+HALF_WIDTH_BESIDE_CJK = re.compile(
+    r"[\u4e00-\u9fff][,:;!?()]|[,:;!?()][\u4e00-\u9fff]|[\u4e00-\u9fff]\.(?![\d.])"
+)
 SPACE_IN_CJK = re.compile(r"[\u4e00-\u9fff] +[\u4e00-\u9fff]")
 
 

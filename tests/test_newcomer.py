@@ -4,6 +4,7 @@ TUI that fits 80x24."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 import json
 from pathlib import Path
@@ -77,6 +78,21 @@ def test_a_findings_long_lines_wrap_under_themselves_at_the_panels_width() -> No
         assert " ".join(w.strip() for w in lines[1:]).startswith(finding.evidence[:30])
     # the width not known yet (the panel not laid out): one line each, as before
     assert len(_prompt(finding).plain.splitlines()) == 3
+
+
+def test_a_short_screens_finding_fits_its_rows_and_says_where_it_was_cut() -> None:
+    """80x24 gives the findings four rows: a finding's evidence in two lines, the
+    second ended by an ellipsis where the words go on (Enter shows them all), never cut
+    mid-sentence without saying so; a short evidence is left whole."""
+    finding = input_bound.evaluate(window(steps=steps(loader_ms=6.0)))
+    assert finding is not None
+    for lang in ("en", "zh"):
+        lines = _prompt(finding, lang, width=76, lines=2).plain.splitlines()
+        assert len(lines) == 4 and lines[2].endswith("…"), lines
+        assert cell_width(lines[2]) <= 76 and lines[3].lstrip().startswith("-> more-workers")
+    short = dataclasses.replace(finding, evidence="89% of each step waits for the DataLoader.")
+    lines = _prompt(short, "en", width=76, lines=2).plain.splitlines()
+    assert len(lines) == 3 and not lines[1].endswith("…")
 
 
 def test_help_wraps_to_80_columns_and_scrolls_at_24_rows() -> None:

@@ -22,6 +22,7 @@ from gpudoctor.sources.nvml import NvmlReader
 from gpudoctor.sources.stacks import AttachError, check_access, find_py_spy
 from gpudoctor.store import Store, StoreError
 from gpudoctor.timeline import Timeline
+from gpudoctor.units import clip
 
 # The doctor's own failure while following a job (the TUI's loop broke): the job goes on.
 DOCTOR_FAILED = 3
@@ -133,7 +134,7 @@ def check_watch(pid: int, nvml: NvmlReader, headless: bool) -> WatchTarget:
 def not_python(pid: int, command: list[str] | tuple[str, ...]) -> str:
     return _(
         "pid {pid} ({command}) is not a Python process: only its GPU and host use can be watched"
-    ).format(pid=pid, command=" ".join(redact_argv(command))[:60])
+    ).format(pid=pid, command=clip(" ".join(redact_argv(command)), 60))
 
 
 def watch(

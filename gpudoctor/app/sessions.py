@@ -19,6 +19,7 @@ from gpudoctor.output_log import DEFAULT_MAX_MB, OutputLog
 from gpudoctor.redact import redact_argv, redact_text
 from gpudoctor.store import SessionRow, Store, StoreError, private_folder
 from gpudoctor.timeline import Timeline
+from gpudoctor.units import clip
 
 
 def load(store: Store, name: str) -> tuple[int, Timeline]:
@@ -71,7 +72,7 @@ def keep_failure(exc: BaseException, argv: Sequence[str], store_path: Path) -> P
 
 def failure_words(exc: BaseException) -> str:
     """The fault in one line (type and message, secrets masked, at most 200 characters)."""
-    return redact_text(f"{type(exc).__name__}: {exc}".splitlines()[0][:200])
+    return clip(redact_text(f"{type(exc).__name__}: {exc}".splitlines()[0]), 200)
 
 
 def open_log(store: Store, prefix: str, max_bytes: int = DEFAULT_MAX_MB << 20) -> OutputLog:

@@ -30,6 +30,7 @@ from gpudoctor.jobs import WatchedJob
 from gpudoctor.redact import redact_argv
 from gpudoctor.sources.nvml import NvmlReader
 from gpudoctor.store import Store
+from gpudoctor.units import clip
 
 if TYPE_CHECKING:  # --metrics loads prometheus_client only when asked
     from gpudoctor.metrics import RunCollector
@@ -57,7 +58,7 @@ def command(args: argparse.Namespace) -> int:
         return in_tui(job, store, lang, path, target, metrics)
     print(
         _("gpudoctor: watching pid {pid} ({command}); Ctrl-C leaves it running").format(
-            pid=target.pid, command=" ".join(redact_argv(target.command))[:80]
+            pid=target.pid, command=clip(" ".join(redact_argv(target.command)), 80)
         ),
         file=sys.stderr,
     )

@@ -24,6 +24,7 @@ from gpudoctor.redact import redact_text
 from gpudoctor.snapshot import Snapshot
 from gpudoctor.tui.screens import HelpContent, HelpScreen
 from gpudoctor.tui.widgets import GpuPanel, HostPanel
+from gpudoctor.units import clip
 
 
 @dataclass(frozen=True)
@@ -183,12 +184,12 @@ class HomeApp(App[HomeChoice | None]):
         for r in message.rows:
             table.add_row(
                 str(r.pid),
-                r.user[:10],
+                clip(r.user, 10),
                 f"{r.cpu_pct:.0f}%",
                 display.mib(r.rss_bytes),
                 display.mib(r.gpu_mem_bytes) if r.gpu_mem_bytes is not None else "-",
                 # anyone's command line: secrets masked; the program by its name
-                redact_text(display.command_words(r.command.split(" ")))[:120],
+                clip(redact_text(display.command_words(r.command.split(" "))), 120),
                 key=r.key,
             )
         if message.rows:

@@ -20,7 +20,7 @@ from gpudoctor.report.render import ended_words
 from gpudoctor.snapshot import Snapshot
 from gpudoctor.terminal import OutputLine
 from gpudoctor.tui.messages import PanelResized
-from gpudoctor.units import cell_width, crop, ms_text, pad, rate_text, wrap_columns
+from gpudoctor.units import cell_width, clip, crop, ms_text, pad, rate_text, wrap_columns
 
 
 class Panel(Static):
@@ -102,7 +102,7 @@ class GpuPanel(Panel):
         out = Text()
         for g in s.gpus:
             c, frac = _gpu_row(out, g)
-            out.append(f"{c['name'][:24]:<24} ")
+            out.append(pad(clip(c["name"], 24), 24) + " ")
             out.append(f"util {c['util']:>4} ", c["util_band"])
             out.append(f"mem {display.bar(frac, 8)} {c['mem']}", c["mem_band"])
             second = Text("   ")
@@ -124,7 +124,7 @@ class GpuPanel(Panel):
         out = Text()
         for g in s.gpus:
             c, frac = _gpu_row(out, g)
-            out.append(f"{c['name'].removeprefix('NVIDIA ')[:10]:<10} ")
+            out.append(pad(clip(c["name"].removeprefix("NVIDIA "), 10), 10) + " ")
             out.append(f"util {c['util']:>4} ", c["util_band"])
             out.append(f"mem {display.bar(frac, 4)} {display.gib_pair(g):<11}", c["mem_band"])
             out.append(f"{display.watts(g.power_w):>5} ")
@@ -170,7 +170,7 @@ class GpuPanel(Panel):
         for p in procs[:rows]:
             mine = p.pid in s.job_gpu_pids
             row = (
-                f"\n   {p.pid:<8d} {(p.user or '?')[:10]:<10} "
+                f"\n   {p.pid:<8d} {pad(clip(p.user or '?', 10), 10)} "
                 f"{display.mib(p.mem_used_bytes):>9} {display.pct(p.sm_util_pct):>5}  "
             )
             tag = _("<- job ") if mine else ""
@@ -372,7 +372,10 @@ class FindingsPanel(OptionList):
             action = how(f.remedies[0], s.facts, s.cores_allowed, self.lang)
         # the width left when the scrollbar is there (it comes when the lines are many)
         width = self.content_region.width - self.styles.scrollbar_size_vertical
-        return _prompt(f, self.lang, action, width)
+        # a short screen's panel shows a few rows: the evidence in two lines, ended by an
+        # ellipsis where cut (Enter shows it whole), so that a finding fits them whole
+        lines = None if self.actions else SHORT_EVIDENCE_LINES
+        return _prompt(f, self.lang, action, width, lines)
 
     def on_resize(self) -> None:
         """The prompts' lines are wrapped to the panel's width: wrapped again."""
@@ -383,9 +386,13 @@ class FindingsPanel(OptionList):
 
 
 INDENT = 7  # a finding's evidence and remedy, under its title (past the severity)
+SHORT_EVIDENCE_LINES = 2
 
 
-def _prompt(f: Finding, lang: str = "en", action: str | None = None, width: int = 0) -> Text:
+def _prompt(
+    f: Finding, lang: str = "en", action: str | None = None, width: int = 0,
+    lines: int | None = None,
+) -> Text:  # fmt: skip
     """A finding in the panel; with the panel's `width` known, its evidence and remedy
     wrap under themselves, not back to the panel's edge."""
     text = Text()
@@ -396,7 +403,7 @@ def _prompt(f: Finding, lang: str = "en", action: str | None = None, width: int 
     text.append(f.title)
     if f.confidence == "estimated":
         text.append(_(" (estimated)"), "italic")
-    text.append("\n" + _hanging(f.evidence, width), "dim")
+    text.append("\n" + _hanging(f.evidence, width, lines), "dim")
     if f.remedies and f.remedies[0] in CATALOGUE:  # the first remedy; Enter opens them all
         title = CATALOGUE[f.remedies[0]].title
         words = action or title.get(lang) or title["en"]
@@ -404,13 +411,18 @@ def _prompt(f: Finding, lang: str = "en", action: str | None = None, width: int 
     return text
 
 
-def _hanging(words: str, width: int) -> str:
+def _hanging(words: str, width: int, most: int | None = None) -> str:
     """`words` indented by INDENT, wrapped at `width` cells (wide characters counted as
-    two) under themselves; one line when the width is not known yet (0)."""
+    two) under themselves, in at most `most` lines (the last ended by `…` where cut);
+    one line when the width is not known yet (0)."""
     pad = " " * INDENT
     if width <= INDENT + 10:
         return pad + words
-    return "\n".join(pad + line for line in wrap_columns(words, width - INDENT))
+    lines = wrap_columns(words, width - INDENT)
+    if most is not None and len(lines) > most:
+        lines = lines[:most]
+        lines[-1] = crop(lines[-1], width - INDENT - 1) + "…"
+    return "\n".join(pad + line for line in lines)
 
 
 def styled(lines: tuple[OutputLine, ...]) -> Text:

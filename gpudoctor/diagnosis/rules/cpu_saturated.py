@@ -46,7 +46,7 @@ def evaluate(w: Window) -> Finding | None:
         who = busiest(list(hosts))
         by_whom = _(
             " The job itself uses {jobs:.1f} of them; other processes take {others:.1f}"
-        ).format(jobs=jobs, others=others) + (f": {who}." if who else ".")
+        ).format(jobs=jobs, others=others) + (_(": {who}.").format(who=who) if who else _("."))
     return Finding(
         id=ID,
         severity="high" if w.data_wait_fraction > 0.4 else "medium",

@@ -49,7 +49,7 @@ def _cpu(w: Window) -> Finding | None:
     cores = len(hit[-1].cpu_pct_per_core)
     who = busiest(hit)
     steal = percentile([h.steal_pct or 0.0 for h in hit], 50)
-    named = f": {who}" if who else ""
+    named = _(": {who}").format(who=who) if who else ""
     # niced neighbours give up their share of the CPU, not the wait: a waking job still
     # waits for the one running on its core (seen: 24% of its runnable time beside a
     # `nice -n 19` burner on 2 cores); said, so that nobody reads the finding as wrong

@@ -5,6 +5,7 @@ from __future__ import annotations
 from gpudoctor.diagnosis.window import Window
 from gpudoctor.i18n import _
 from gpudoctor.model import Finding
+from gpudoctor.units import clip
 
 ID = "out-of-memory"
 
@@ -18,16 +19,17 @@ def evaluate(w: Window) -> Finding | None:
         w.exit.exception_message if w.exit else None
     )
     kind = (oom_end or {}).get("exception_type") or (w.exit.exception_type if w.exit else None)
-    first_line = (message or "").strip().splitlines()[0][:160] if message else ""
+    first_line = clip((message or "").strip().splitlines()[0], 160) if message else ""
     return Finding(
         id=ID,
         severity="high",
         title=_("The job ran out of memory"),
         evidence=(
-            _("The job died of {error} after {steps} steps").format(
-                error=kind or _("an out-of-memory error"), steps=w.total_steps
-            )
-            + (f": {first_line}" if first_line else ".")
+            _("The job died of {error} after {steps} steps: {message}")
+            if first_line
+            else _("The job died of {error} after {steps} steps.")
+        ).format(
+            error=kind or _("an out-of-memory error"), steps=w.total_steps, message=first_line
         ),
         remedies=("smaller-batch", "amp", "grad-accum"),
     )
