@@ -346,6 +346,13 @@ def test_the_ranks_and_the_profile_in_chinese_line_up_by_display_width() -> None
     }  # fmt: skip
     shown = profile_text(profile).plain
     assert "按自身 CPU 时间排列的主要算子" in shown and not english_left(shown), shown
+    # a name too long for the screen is cut with an ellipsis on its own line, never
+    # wrapped back under the numbers' columns
+    long = "autograd::engine::evaluate_function: ConvolutionBackward0_with_a_long_tail"
+    profile["operators"].append({"name": long, "calls": 20, "self_cpu_time_total_us": 99.0})
+    rows = profile_text(profile, width=60, trace=False).plain.splitlines()
+    assert rows[-1].endswith("…") and cell_width(rows[-1]) == 60, rows
+    assert rows[-1].split()[:2] == ["99", "20"] and "/tmp/t.json" not in "".join(rows)
 
 
 def test_help_and_errors_from_below_the_command_line_in_chinese() -> None:

@@ -26,7 +26,7 @@ from gpudoctor.redact import redact_text
 from gpudoctor.report.gpu_timeline import rank_dict, timeline_words
 from gpudoctor.terminal import OutputLine
 from gpudoctor.tui.widgets import styled
-from gpudoctor.units import crop, ms_text, pad
+from gpudoctor.units import clip, ms_text, pad
 
 
 class FindingScreen(Screen[None]):
@@ -334,15 +334,20 @@ class ProfileScreen(Screen[None]):
             return
         if int(profile.get("capture", 0)) <= self.after_capture:
             return
-        text = profile_text(profile)
         timeline = snapshot.gpu_timeline if snapshot is not None else None
+        # the trace's path once: the kept one, under the timeline read from it (the
+        # probe's copy is in the run's folder, gone when the doctor ends)
+        width = self.query_one("#output-full").content_region.width
+        text = profile_text(profile, width, trace=timeline is None or not timeline.path)
         if timeline is not None:
             text.append("\n\n")
             text.append(timeline_text(timeline))
         self.query_one("#profile-table", Static).update(text)
 
 
-def profile_text(profile: dict[str, Any]) -> Text:
+def profile_text(profile: dict[str, Any], width: int = 0, trace: bool = True) -> Text:
+    """The top operators, each on one line of `width` columns (a long name cut with `…`,
+    never wrapped under the numbers' columns)."""
     device = profile.get("sort") == "device"
     key = "self_device_time_total_us" if device else "self_cpu_time_total_us"
     text = Text()
@@ -354,9 +359,10 @@ def profile_text(profile: dict[str, Any]) -> Text:
     text.append(title.format(steps=profile.get("steps")) + "\n\n", "bold")
     head = (pad(_("self us"), 12, right=True), pad(_("calls"), 7, right=True), _("operator"))
     text.append("  ".join(head) + "\n", "bold")
+    room = width - 23 if width > 33 else 1000  # past the two number columns
     for op in profile.get("operators", []):
-        text.append(f"{op[key]:>12,.0f}  {op['calls']:>7}  {op['name']}\n")
-    if profile.get("trace"):
+        text.append(f"{op[key]:>12,.0f}  {op['calls']:>7}  {clip(op['name'], room)}\n")
+    if trace and profile.get("trace"):
         text.append("\n" + _("trace: {path}").format(path=profile["trace"]), "dim")
     return text
 
@@ -371,7 +377,7 @@ def timeline_text(t: RankTimeline) -> Text:
         text.append(_("one step on the GPU:") + " ")
         text.append("▕" + "".join(" ▁▂▃▄▅▆▇█"[v] for v in t.picture) + "▏\n", "cyan")
     for k in t.top_kernels[:5]:
-        text.append(f"  {k.share_pct:5.1f}%  {ms_text(k.time_us * 1e-3):>9}  {crop(k.name, 70)}\n")
+        text.append(f"  {k.share_pct:5.1f}%  {ms_text(k.time_us * 1e-3):>9}  {clip(k.name, 60)}\n")
     if t.path:
         text.append(_("trace: {path}").format(path=t.path), "dim")
     return text
