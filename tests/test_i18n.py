@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import PY, SAMPLES, doctor
@@ -340,16 +341,16 @@ def test_the_ranks_and_the_profile_in_chinese_line_up_by_display_width() -> None
     gpu_at = cell_width(lines[0][: lines[0].index("GPU")])
     rows = [line for line in lines[1:] if "另有" not in line]
     assert len(rows) == 5 and {cell_width(row) - 4 for row in rows} == {gpu_at}, lines
-    profile = {
-        "steps": 20, "sort": "cpu", "trace": "/tmp/t.json",
-        "operators": [{"name": "aten::addmm", "calls": 60, "self_cpu_time_total_us": 1234.0}],
+    addmm = {"name": "aten::addmm", "calls": 60, "self_cpu_time_total_us": 1234.0}
+    profile: dict[str, Any] = {
+        "steps": 20, "sort": "cpu", "trace": "/tmp/t.json", "operators": [addmm],
     }  # fmt: skip
     shown = profile_text(profile).plain
     assert "按自身 CPU 时间排列的主要算子" in shown and not english_left(shown), shown
     # a name too long for the screen is cut with an ellipsis on its own line, never
     # wrapped back under the numbers' columns
     long = "autograd::engine::evaluate_function: ConvolutionBackward0_with_a_long_tail"
-    profile["operators"].append({"name": long, "calls": 20, "self_cpu_time_total_us": 99.0})
+    profile["operators"] = [addmm, {"name": long, "calls": 20, "self_cpu_time_total_us": 99.0}]
     rows = profile_text(profile, width=60, trace=False).plain.splitlines()
     assert rows[-1].endswith("…") and cell_width(rows[-1]) == 60, rows
     assert rows[-1].split()[:2] == ["99", "20"] and "/tmp/t.json" not in "".join(rows)
