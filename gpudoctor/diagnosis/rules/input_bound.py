@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpudoctor.diagnosis.hotspots import Hotspot, state_words
 from gpudoctor.diagnosis.window import Window
-from gpudoctor.i18n import _
+from gpudoctor.i18n import _, pgettext
 from gpudoctor.model import Finding, Severity
 from gpudoctor.units import ms_text
 
@@ -187,7 +187,7 @@ def _named_lines(w: Window) -> str:
     ][:2]
     parts = []
     if main:
-        said = _(" and ").join(
+        said = pgettext("code lines", " and ").join(
             _("{share:.0%} {state} at {line}").format(
                 share=h.share, state=state_words(h.state), line=_line(h)
             )
@@ -195,7 +195,7 @@ def _named_lines(w: Window) -> str:
         )
         parts.append(_("the main thread spends {said}").format(said=said))
     if workers:
-        said = _(" and ").join(
+        said = pgettext("code lines", " and ").join(
             (
                 _("{share:.0%} waiting in {line}")
                 if h.state == "idle"
@@ -204,7 +204,7 @@ def _named_lines(w: Window) -> str:
             for h in workers
         )
         parts.append(_("the workers spend {said} of their time").format(said=said))
-    return "; " + "; ".join(parts) if parts else ""
+    return _("; ") + _("; ").join(parts) if parts else ""
 
 
 def _line(h: Hotspot) -> str:
