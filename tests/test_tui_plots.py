@@ -317,7 +317,7 @@ def test_history_in_a_real_terminal(tmp_path: Path) -> None:
     store = tmp_path / "s.db"
     subprocess.run(
         [PY, "-m", "gpudoctor", "--store", str(store), "run", "--headless", "--",
-         PY, str(SAMPLES / "healthy.py"), "--steps", "400"],
+         PY, str(SAMPLES / "healthy.py"), "--steps", "60"],
         cwd=ROOT, check=True, capture_output=True, timeout=300,
     )  # fmt: skip
     # a detached pane starts at tmux's default size (80x24) and is sized after: its
