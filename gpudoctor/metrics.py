@@ -6,12 +6,13 @@ immutable value: the scrape never touches the timeline the loop is writing).
 
 Names follow Prometheus' conventions (base units, `_seconds`, `_ratio`, `_bytes`) and
 sit beside NVIDIA's DCGM exporter: the GPU series carry the same `gpu` (index) and
-`UUID` and `Hostname` labels as DCGM_FI_DEV_GPU_UTIL and DCGM_FI_DEV_FB_USED, so the two
-join on them. The ranks' series carry `rank`, `pid` and `Hostname` (the rank's node: a
+`UUID` and `hostname` labels as DCGM_FI_DEV_GPU_UTIL and DCGM_FI_DEV_FB_USED, so the two
+join on them (`hostname` in lowercase, as DCGM's exporter has written it since its
+`Hostname` was renamed: NVIDIA/dcgm-exporter #655). The ranks' series carry `rank`, `pid` and `hostname` (the rank's node: a
 node's doctor serves the other nodes' ranks too, as their doctors sent them); a process
 without a rank is rank "". `gpudoctor_rank_gpu_info` (value 1) names the GPU each rank
 computes on (diagnosis/devices.py), which joins a rank's series to its GPU's, ours or
-DCGM's: `gpudoctor_step_seconds * on (Hostname, pid) group_left (gpu)
+DCGM's: `gpudoctor_step_seconds * on (hostname, pid) group_left (gpu)
 gpudoctor_rank_gpu_info`.
 """
 
@@ -61,18 +62,20 @@ class RunCollector(Collector):
         yield from _gpus(s)
         yield from _host(s)
         yield from _speed_of_light(s)
+        # the job's labels on its findings too: a finding joins the job's other series
         findings = GaugeMetricFamily(
             "gpudoctor_finding_estimated_gain_ratio",
             "A current finding: the share of step time its remedies could win back",
-            labels=["id", "severity"],
+            labels=["rank", "pid", "hostname", "id", "severity"],
         )
+        job = [str(s.facts.get("rank", "")), str(s.job_pid or ""), socket.gethostname()]
         for f in s.findings:
-            findings.add_metric([f.id, f.severity], f.estimated_gain or 0.0)
+            findings.add_metric([*job, f.id, f.severity], f.estimated_gain or 0.0)
         yield findings
 
 
 def _steps(s: Snapshot) -> Iterator[GaugeMetricFamily]:
-    labels = ["rank", "pid", "Hostname"]
+    labels = ["rank", "pid", "hostname"]
     here = socket.gethostname()
     step = GaugeMetricFamily(
         "gpudoctor_step_seconds", "Training step time (recent steps)",
@@ -133,7 +136,7 @@ def _speed_of_light(s: Snapshot) -> Iterator[GaugeMetricFamily]:
     sol = s.speed_of_light
     if sol is None:
         return
-    labels = ["rank", "pid", "Hostname", "device"]
+    labels = ["rank", "pid", "hostname", "device"]
     key = [str(s.facts.get("rank", "")), str(s.job_pid or ""), socket.gethostname(), sol.device]
     flops = GaugeMetricFamily(
         "gpudoctor_step_flops", "FLOPs of one training step (counted once)", labels=labels
@@ -158,7 +161,7 @@ def _speed_of_light(s: Snapshot) -> Iterator[GaugeMetricFamily]:
 
 
 def _gpus(s: Snapshot) -> Iterator[GaugeMetricFamily]:
-    labels = ["gpu", "UUID", "modelName", "Hostname"]  # as DCGM's exporter labels its series
+    labels = ["gpu", "UUID", "modelName", "hostname"]  # as DCGM's exporter labels its series
     util = GaugeMetricFamily("gpudoctor_gpu_utilization_ratio", "GPU utilisation", labels=labels)
     used = GaugeMetricFamily("gpudoctor_gpu_memory_used_bytes", "GPU memory used", labels=labels)
     here = socket.gethostname()

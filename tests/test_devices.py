@@ -115,10 +115,10 @@ def test_the_rank_table_report_and_prometheus_name_each_ranks_own_gpu() -> None:
     }
     host = socket.gethostname()
     info = {s.labels["rank"]: s.labels for s in families["gpudoctor_rank_gpu_info"].samples}
-    assert info["1"] == {"rank": "1", "pid": "101", "Hostname": host, "gpu": "5", "UUID": uuid(5)}
+    assert info["1"] == {"rank": "1", "pid": "101", "hostname": host, "gpu": "5", "UUID": uuid(5)}
     assert sorted(info) == ["0", "1", "2", "3"]
     for name in ("gpudoctor_step_seconds", "gpudoctor_gpu_utilization_ratio"):
-        assert {s.labels["Hostname"] for s in families[name].samples} == {host}
+        assert {s.labels["hostname"] for s in families[name].samples} == {host}
     util = {s.labels["gpu"]: s.value for s in families["gpudoctor_gpu_utilization_ratio"].samples}
     assert util["5"] == pytest.approx(0.55)
 

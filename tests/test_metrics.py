@@ -82,7 +82,7 @@ def test_prometheus_scrapes_each_ranks_step_time(tmp_path: Path) -> None:
         series = wait_for(two_ranks, timeout=120)
         assert sorted(s["metric"]["rank"] for s in series) == ["0", "1"]
         # each series says its node, as DCGM's exporter does (they join on it)
-        assert {s["metric"]["Hostname"] for s in series} == {socket.gethostname()}
+        assert {s["metric"]["hostname"] for s in series} == {socket.gethostname()}
         assert all(0 < float(s["value"][1]) < 1 for s in series)  # seconds a step
         # the served text parses as Prometheus exposition, with the documented names
         families = {f.name for f in text_string_to_metric_families(get(f"http://127.0.0.1:{port}"))}
@@ -131,3 +131,33 @@ def test_metrics_listen_on_localhost_unless_asked_and_bad_input_is_one_line(
             child.kill()  # the job too: a killed doctor's job goes on by design
         run.kill()
         run.wait()
+
+
+def test_a_finding_carries_its_jobs_pid_rank_and_lowercase_hostname() -> None:
+    """A recorded input-bound run's findings as served: each series names the job (pid,
+    rank) and the node as DCGM's exporter now does (`hostname`, lowercase), so that a
+    finding joins the job's step time and its GPU's counters."""
+    from conftest import load_recorded_session
+    from prometheus_client.exposition import generate_latest
+    from prometheus_client.registry import CollectorRegistry
+
+    from gpudoctor.metrics import RunCollector
+    from gpudoctor.snapshot import take
+
+    timeline = load_recorded_session("dataloader_bound")
+    collector = RunCollector()
+    collector.latest = take(timeline)
+    registry = CollectorRegistry()
+    registry.register(collector)
+    families = {
+        f.name: f for f in text_string_to_metric_families(generate_latest(registry).decode())
+    }
+    findings = families["gpudoctor_finding_estimated_gain_ratio"].samples
+    pid = str(collector.latest.job_pid)
+    assert {s.labels["id"] for s in findings} >= {"input-bound"}
+    assert {(s.labels["pid"], s.labels["hostname"]) for s in findings} == {
+        (pid, socket.gethostname())
+    }
+    steps = families["gpudoctor_step_seconds"].samples
+    assert {s.labels["pid"] for s in steps} == {pid}
+    assert all("Hostname" not in s.labels for f in families.values() for s in f.samples)
