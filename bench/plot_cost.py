@@ -35,6 +35,7 @@ def recorded() -> Timeline:
     timeline = Timeline(json.loads(s["command"]), s["started_unix"], s["start_mono_ns"])
     for kind, _t, record in data["records"]:
         apply_record(timeline, kind, record)
+    timeline.settle()  # the step rows held as they were read (Timeline._load_rows)
     timeline.end_mono_ns = s["end_mono_ns"]
     return timeline
 

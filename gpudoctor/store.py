@@ -412,6 +412,7 @@ class Store:
                 if kind != "rollup" or record.get("first_id", after_id + 1) > after_id:
                     apply_record(timeline, kind, record)
             timeline.gpus.extend(_newest_gpus(gpu_texts, timeline.gpus.maxlen))
+            timeline.settle()  # the step rows held as the records were read
             end_ns, exit_json = self.db.execute(
                 "SELECT end_mono_ns, exit_json FROM sessions WHERE id=?", (session_id,)
             ).fetchone()
@@ -569,8 +570,8 @@ def _private_store(path: Path, explicit: bool) -> str | None:
 
 
 def apply_record(timeline: Timeline, kind: str, data: Any) -> None:
-    if kind == "probe":
-        timeline.ingest_probe(data)
+    if kind == "probe":  # made steps at the end (Timeline.settle: the caller's)
+        timeline.ingest_probe(data, held=True)
     elif kind == "host":
         timeline.host.append(decode_host(data))
     elif kind == "gpu":

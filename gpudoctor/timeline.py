@@ -6,6 +6,7 @@ so a report rebuilt from the store is the report the run printed.
 
 from __future__ import annotations
 
+from array import array
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ COUNTED = protocol.COUNTED_FIELDS
 # a counted step's other fields as a record holds them (its batch size unknown: None)
 COUNTED_REST = tuple(None if f < 0 else f for f in protocol.COUNTED_REST)
 NUMBER = STEP_FIELD["number"]
+WALL = STEP_FIELD["wall_ns"]
 # A week-long run must not grow the doctor without bound: the timeline keeps the most
 # recent samples and steps as rows (the store keeps them all), every steady step rolled
 # up per process (diagnosis/rollup.py: the whole run's measures); counts stay exact.
@@ -80,8 +82,8 @@ def steps_of(pid: int, rows: list[list[Any]]) -> list[StepRecord]:
 def _known_batches(rows: list[list[Any]]) -> list[list[Any]]:
     """The rows with an unknown batch size (-1) as None, set in the rows themselves
     (which costs a fraction of _replace)."""
-    for row in rows:
-        if len(row) == WIDTH and row[BATCH] < 0:
+    for row in rows:  # (a row made a step twice, as a load's are, is None already)
+        if len(row) == WIDTH and row[BATCH] is not None and row[BATCH] < 0:
             row[BATCH] = None
     return rows
 
@@ -148,16 +150,23 @@ class Timeline:
     auto_profile: tuple[int, str] | None = None
     # when each profiler capture's result arrived (the newest reading then: a marker)
     profiles: list[int] = field(default_factory=list)
+    # a load's step rows not yet made steps, by process (_load_rows, settle)
+    _pending: dict[int, deque[list[list[Any]]]] = field(default_factory=dict, repr=False)
+    _pending_rows: dict[int, int] = field(default_factory=dict, repr=False)
+    _pending_walls: dict[int, array[int]] = field(default_factory=dict, repr=False)
 
     @property
     def mode(self) -> str:
         return "watch" if self.watched_pid is not None else "run"
 
-    def ingest_probe(self, message: dict[str, Any], apart: bool = False) -> StepRollup | None:
+    def ingest_probe(
+        self, message: dict[str, Any], apart: bool = False, held: bool = False
+    ) -> StepRollup | None:
         """A probe message taken in. `apart`: its steady steps rolled up on their own too
         and returned (None: no steps), which the live doctor hands to compaction
-        (compaction.Compactor.knows); else (a report's or a replay's loading) they go
-        straight into the process's rollup, without a rollup a message to merge."""
+        (compaction.Compactor.knows); else they go straight into the process's rollup,
+        without a rollup a message to merge. `held` (a store's records loaded: a report,
+        a replay): rolled up now, made steps at `settle()`, the newest only."""
         pid = int(message["pid"])
         rows = message.get("steps") or []
         these = None
@@ -166,14 +175,17 @@ class Timeline:
             if steps is None:
                 steps = self._new_process(pid)
             self.step_counts[pid] = self.step_counts.get(pid, 0) + len(rows)
-            records = steps_of(pid, rows)
-            steps.extend(records)
-            if apart:
-                these = StepRollup()
-                these.add_many(steady(records))
-                self.rollups[pid].merge(these)
+            if held:
+                self._load_rows(pid, rows, steps.maxlen)
             else:
-                self.rollups[pid].add_many(steady(records))
+                records = steps_of(pid, rows)
+                steps.extend(records)
+                if apart:
+                    these = StepRollup()
+                    these.add_many(steady(records))
+                    self.rollups[pid].merge(these)
+                else:
+                    self.rollups[pid].add_many(steady(records))
         if "facts" in message:
             if "profile" in message["facts"]:
                 self.profiles.append(self.last_reading_ns())
@@ -192,6 +204,40 @@ class Timeline:
         if "end" in message:
             self.ends[pid] = message["end"]
         return these
+
+    def _load_rows(self, pid: int, rows: list[list[Any]], kept: int | None) -> None:
+        """A stored message's step rows, as a report or a replay loads them: rolled up
+        at once (a step only counted, most of a fast loop's, by its time alone), and held
+        as rows until `settle()`, the newest that the process's rows keep only: a week's
+        last whole minutes of 8 ranks are ~1M rows, of which 100,000 are kept."""
+        walls = self._pending_walls.get(pid)
+        if walls is None:  # machine integers: the rows' own int objects are let go
+            walls = self._pending_walls[pid] = array("q")
+        full = [r for r in rows if len(r) != COUNTED]
+        if full:  # the steps measured in detail (a few): their parts now, times after
+            records = steady(steps_of(pid, full))
+            self.rollups[pid].add_parts(records)
+            walls.extend(map(WALL, records))
+        walls.extend([r[2] for r in rows if len(r) == COUNTED and r[0] >= WARMUP_STEPS])
+        pending = self._pending.setdefault(pid, deque())
+        pending.append(rows)
+        held = self._pending_rows.get(pid, 0) + len(rows)
+        while kept is not None and held - len(pending[0]) >= kept:
+            held -= len(pending.popleft())
+        self._pending_rows[pid] = held
+
+    def settle(self) -> None:
+        """The loaded rows held by `_load_rows` made steps (each process's newest), and
+        their times rolled up in one pass."""
+        for pid, walls in self._pending_walls.items():
+            self.rollups[pid].add_walls(walls.tolist())
+        self._pending_walls.clear()
+        for pid, pending in self._pending.items():
+            steps = self.steps[pid]
+            for rows in pending:
+                steps.extend(steps_of(pid, rows))
+        self._pending.clear()
+        self._pending_rows.clear()
 
     def ingest_rollup(self, pid: int, rows: int, rollup: StepRollup, t_mono_ns: int) -> None:
         """An old stretch of a process's steps, as the store keeps it once compacted

@@ -107,6 +107,7 @@ def load_session_file(path: Path) -> Timeline:
     )
     for kind, _t, record in data["records"]:
         apply_record(timeline, kind, record)
+    timeline.settle()  # the step rows held as they were read (Timeline._load_rows)
     timeline.end_mono_ns = s["end_mono_ns"]
     if s["exit_json"]:
         timeline.exit = JobExit(**json.loads(s["exit_json"]))

@@ -27,7 +27,7 @@ from gpudoctor.probe import protocol
 from gpudoctor.report.build import build
 from gpudoctor.snapshot import take
 from gpudoctor.sources.host import HostReader
-from gpudoctor.store import Store, encode
+from gpudoctor.store import Store, apply_record, encode
 from gpudoctor.timeline import MAX_STEP_ROWS, MIN_STEP_ROWS, Timeline, steps_of
 
 RANKS = 8
@@ -490,3 +490,25 @@ def test_rows_taken_in_bulk_roll_up_as_one_at_a_time() -> None:
     for width in (2, 4, 11):
         with pytest.raises(ValueError):
             steps_of(BASE_PID, [[1] * width])
+
+
+def test_a_loaded_session_holds_its_rows_and_makes_the_same_steps_and_rollups() -> None:
+    """A store's records loaded (a report, a replay): the rows are rolled up as read and
+    made steps at the end, the newest only; the steps kept, the rollups and the report
+    are those of the rows taken in one message at a time, as the live doctor does."""
+    rng = random.Random(11)
+    messages = [
+        {"pid": BASE_PID + rank, "steps": protocol.sent_rows([tuple(r) for r in rows(rank, start, 400, rng)])}
+        for start in range(0, 30_000, 400)
+        for rank in range(RANKS)
+    ]  # fmt: skip
+    live, loaded = Timeline(["python", "t.py"], 0.0, 0), Timeline(["python", "t.py"], 0.0, 0)
+    for m in messages:
+        live.ingest_probe(json.loads(json.dumps(m)))
+        apply_record(loaded, "probe", json.loads(json.dumps(m)))
+    assert loaded.steps == {} or all(len(s) == 0 for s in loaded.steps.values())  # held
+    loaded.settle()
+    assert loaded.steps == live.steps and loaded.rollups == live.rollups
+    assert loaded.step_counts == live.step_counts
+    assert all(len(s) == MAX_STEP_ROWS // RANKS for s in loaded.steps.values())
+    assert build(loaded, 1).to_json() == build(live, 1).to_json()

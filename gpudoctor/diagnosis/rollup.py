@@ -54,10 +54,21 @@ class StepRollup:
         hundred in each of the probe's messages (bench/ingest.py)."""
         if not steps:
             return
-        walls = list(map(_WALL, steps))
-        self.count += len(steps)
-        self.wall_ns += sum(walls)
+        self.add_walls(list(map(_WALL, steps)))
+        self.add_parts(steps)
+
+    def add_parts(self, steps: list[StepRecord]) -> None:
+        """Of add_many, what is not the steps' times: their syncs and detailed splits."""
         self.syncs += sum(map(_SYNCS, steps))
+        for s in filter(_DETAIL, steps):  # a sample of the steps (gpudoctor/probe/clock.py)
+            self._add_detail(s)
+
+    def add_walls(self, walls: list[int]) -> None:
+        """Steps only counted and timed (no syncs, no split), by their times alone."""
+        if not walls:
+            return
+        self.count += len(walls)
+        self.wall_ns += sum(walls)
         buckets = self.buckets
         if min(walls) > 0:
             counted = Counter(map(int, map(_LOG_RATIO.__rtruediv__, map(math.log, walls))))
@@ -65,8 +76,6 @@ class StepRollup:
             counted = Counter(int(math.log(w) / _LOG_RATIO) if w > 0 else -1 for w in walls)
         for bucket, n in counted.items():
             buckets[bucket] = buckets.get(bucket, 0) + n
-        for s in filter(_DETAIL, steps):  # a sample of the steps (gpudoctor/probe/clock.py)
-            self._add_detail(s)
 
     def _add_detail(self, s: StepRecord) -> None:
         """A step measured in detail: its split (the split comes from these, as from rows)."""
