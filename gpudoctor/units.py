@@ -27,6 +27,19 @@ def seconds_text(seconds: float) -> str:
     return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
 
 
+def short_duration(seconds: float) -> str:
+    """`12.3 s`, `4m05s`, `2h03m`, `3d04h`: a run's length in seven columns at most (a
+    table's cell: `history`)."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    s = int(seconds)
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
 def flop_text(flops: float) -> str:
     """`35.5 MFLOP`, `1.2 TFLOP`: three digits and the unit."""
     for unit, scale in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6)):

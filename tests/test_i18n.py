@@ -437,3 +437,34 @@ def test_chinese_punctuation_is_full_width_and_has_no_stray_spaces() -> None:
     assert not {k: v for k, v in mixed.items() if v}
     spaced = {k: SPACE_IN_CJK.findall(v) for k, v in texts.items() if k not in LABEL_COLUMNS}
     assert not {k: v for k, v in spaced.items() if v}
+
+
+def test_history_in_chinese_and_at_80_columns(tmp_path: Path) -> None:
+    """`history` in Chinese says how each run ended, a watch's steps and the top
+    finding's severity in Chinese (they were English: "detached", "watch", "(high)");
+    a long run's length fits its column without an ellipsis."""
+    from gpudoctor.model import JobExit
+    from gpudoctor.store import Store
+    from gpudoctor.timeline import Timeline
+
+    path = tmp_path / "s.db"
+    store = Store(path)
+    ends = (
+        (JobExit(0, "exit"), {"steps": 400, "top_finding": "input-bound (high)"}, 110),
+        (JobExit(None, "detached"), {"mode": "watch", "top_finding": "noisy-neighbour (medium)"}, 15),
+        (JobExit(137, "signal"), {"steps": 9}, 3 * 86400 + 4 * 3600),
+    )  # fmt: skip
+    for n, (end, summary, seconds) in enumerate(ends):
+        sid = store.create_session(Timeline(["python", "t.py"], 1e9 + n, 0), "/w", 5)
+        store.finish(sid, int(seconds * 1e9), end, summary)
+    store.close()
+    env = {**os.environ, "COLUMNS": "80"}
+    out = doctor("--store", str(path), "--lang", "zh", "history", env=env).stdout
+    rows = [line for line in out.splitlines() if not line.startswith("      ")]
+    table = "\n".join(rows)
+    assert "input-bound（高）" in table and "noisy-neighbour（中）" in table, table
+    assert "仍在运行" in table and "观察" in table and "进程退出 0" in table, table
+    assert "3d04h" in table and "1m50s" in table and "…" not in table, table
+    for english in ("detached", "watch", "exit", "high", "medium", "signal"):
+        assert english not in table, (english, table)
+    assert all(cell_width(line) <= 80 for line in out.splitlines())

@@ -11,15 +11,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpudoctor import display
 from gpudoctor.app import errors, sessions
 from gpudoctor.cli.common import UsageError, lang_of, on_terminal, open_store, write_charts
 from gpudoctor.i18n import _
 from gpudoctor.redact import redact_argv
 from gpudoctor.report.build import build
-from gpudoctor.report.render import markdown
+from gpudoctor.report.render import how_words, markdown
 from gpudoctor.store import SessionRow, Store, StoreError
 from gpudoctor.timeline import Timeline
-from gpudoctor.units import clip, pad, seconds_text
+from gpudoctor.units import clip, pad, short_duration
 
 
 def history(args: argparse.Namespace) -> int:
@@ -80,22 +81,35 @@ def _history(store: Store, limit: int) -> int:
 
 def _session_cells(row: SessionRow, store: Store, top: str | None = None) -> tuple[list[str], str]:
     started = time.strftime("%m-%d %H:%M", time.localtime(row.started_unix))
-    took = seconds_text(row.duration_s) if row.duration_s is not None else "-"
+    took = short_duration(row.duration_s) if row.duration_s is not None else "-"
     steps = row.summary.get("steps")
     if row.exit is not None:
         # the job's own code where it ended by itself; a stop the doctor made says so
         code = row.exit.exit_code
         own = row.exit.ended_by in ("exit", "exception", "oom") and code is not None
-        ended = f"{row.exit.ended_by} {code}" if own else row.exit.ended_by
+        how = how_words(row.exit.ended_by)
+        ended = f"{how} {code}" if own else how
     else:  # still recorded (`gpudoctor attach ID`), or its doctor died
         ended = _("live") if row.live else _("incomplete")
         steps = store.counted_steps(row.id)
-        took = seconds_text(time.time() - row.started_unix) if row.live else took
+        took = short_duration(time.time() - row.started_unix) if row.live else took
     # a watched job's steps are not counted (py-spy samples them): "watch" says why
-    steps = ("watch" if row.summary.get("mode") == "watch" else "-") if steps is None else steps
+    steps = (_("watch") if row.summary.get("mode") == "watch" else "-") if steps is None else steps
     if top is None:
-        top = row.summary.get("top_finding") or "-"
+        top = _top_words(row.summary.get("top_finding"))
     return [str(row.id), started, took, ended, str(steps), top], " ".join(redact_argv(row.command))
+
+
+def _top_words(top: str | None) -> str:
+    """The summary's top finding ("input-bound (high)", as recorded) with its severity
+    in the person's language."""
+    if not top:
+        return "-"
+    finding, _sep, severity = top.partition(" (")
+    if not severity.endswith(")"):
+        return top
+    words = display.severity_words(severity[:-1]).lower()
+    return _("{finding} ({severity})").format(finding=finding, severity=words)
 
 
 def _line(cells: list[str], command: str, width: int, fixed: int) -> str:

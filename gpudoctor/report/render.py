@@ -49,6 +49,7 @@ def how_words(ended_by: str) -> str:
         "exception": _("exception"),
         "max-seconds": _("max-seconds"),
         "steps": _("steps"),
+        "detached": _("left running"),
     }.get(ended_by, ended_by)
 
 
