@@ -449,7 +449,7 @@ def test_history_in_chinese_and_at_80_columns(tmp_path: Path) -> None:
 
     path = tmp_path / "s.db"
     store = Store(path)
-    ends = (
+    ends: tuple[tuple[JobExit, dict[str, Any], int], ...] = (
         (JobExit(0, "exit"), {"steps": 400, "top_finding": "input-bound (high)"}, 110),
         (JobExit(None, "detached"), {"mode": "watch", "top_finding": "noisy-neighbour (medium)"}, 15),
         (JobExit(137, "signal"), {"steps": 9}, 3 * 86400 + 4 * 3600),
