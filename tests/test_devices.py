@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PY
+from conftest import PY, load_recorded_session
 from nvml_replay import FIXTURES, ReplayNvml
 from prometheus_client.exposition import generate_latest
+from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 from test_tui import ddp_timeline
@@ -28,6 +29,7 @@ from gpudoctor.model import GpuSample
 from gpudoctor.report.build import build
 from gpudoctor.snapshot import take
 from gpudoctor.sources.nvml import NvmlReader
+from gpudoctor.timeline import Timeline
 
 
 def uuid(i: int) -> str:
@@ -106,13 +108,7 @@ def test_the_rank_table_report_and_prometheus_name_each_ranks_own_gpu() -> None:
         (0, 4, 45.0), (1, 5, 55.0), (2, 6, 65.0), (3, 7, 75.0)
     ]  # fmt: skip
     # Prometheus: each rank's GPU by index and UUID, every series with the host
-    collector = RunCollector()
-    collector.latest = take(timeline)
-    registry = CollectorRegistry()
-    registry.register(collector)
-    families = {
-        f.name: f for f in text_string_to_metric_families(generate_latest(registry).decode())
-    }
+    families = served(timeline)
     host = socket.gethostname()
     info = {s.labels["rank"]: s.labels for s in families["gpudoctor_rank_gpu_info"].samples}
     assert info["1"] == {"rank": "1", "pid": "101", "hostname": host, "gpu": "5", "UUID": uuid(5)}
@@ -184,3 +180,31 @@ def test_each_launchers_rank_reaches_the_report(
     got = {k: shown[k] for k in ("rank", "local_rank", "world_size") if k in shown}
     assert got == facts
     assert shown["cuda_visible_devices"] == "2,3"
+
+
+def test_a_finding_carries_its_jobs_pid_rank_and_lowercase_hostname() -> None:
+    """A recorded input-bound run's findings as served: each series names the job (pid,
+    rank) and the node as DCGM's exporter now does (`hostname`, lowercase), so that a
+    finding joins the job's step time and its GPU's counters."""
+    timeline = load_recorded_session("dataloader_bound")
+    families = served(timeline)
+    findings = families["gpudoctor_finding_estimated_gain_ratio"].samples
+    pid = str(take(timeline).job_pid)
+    assert {s.labels["id"] for s in findings} >= {"input-bound"}
+    assert {(s.labels["pid"], s.labels["hostname"]) for s in findings} == {
+        (pid, socket.gethostname())
+    }
+    steps = families["gpudoctor_step_seconds"].samples
+    assert {s.labels["pid"] for s in steps} == {pid}
+    assert all("Hostname" not in s.labels for f in families.values() for s in f.samples)
+
+
+def served(timeline: Timeline) -> dict[str, Metric]:
+    """What `--metrics` serves for the run, by family name (parsed back as Prometheus
+    reads it)."""
+    collector = RunCollector()
+    collector.latest = take(timeline)
+    registry = CollectorRegistry()
+    registry.register(collector)
+    text = generate_latest(registry).decode()
+    return {f.name: f for f in text_string_to_metric_families(text)}

@@ -131,33 +131,3 @@ def test_metrics_listen_on_localhost_unless_asked_and_bad_input_is_one_line(
             child.kill()  # the job too: a killed doctor's job goes on by design
         run.kill()
         run.wait()
-
-
-def test_a_finding_carries_its_jobs_pid_rank_and_lowercase_hostname() -> None:
-    """A recorded input-bound run's findings as served: each series names the job (pid,
-    rank) and the node as DCGM's exporter now does (`hostname`, lowercase), so that a
-    finding joins the job's step time and its GPU's counters."""
-    from conftest import load_recorded_session
-    from prometheus_client.exposition import generate_latest
-    from prometheus_client.registry import CollectorRegistry
-
-    from gpudoctor.metrics import RunCollector
-    from gpudoctor.snapshot import take
-
-    timeline = load_recorded_session("dataloader_bound")
-    collector = RunCollector()
-    collector.latest = take(timeline)
-    registry = CollectorRegistry()
-    registry.register(collector)
-    families = {
-        f.name: f for f in text_string_to_metric_families(generate_latest(registry).decode())
-    }
-    findings = families["gpudoctor_finding_estimated_gain_ratio"].samples
-    pid = str(collector.latest.job_pid)
-    assert {s.labels["id"] for s in findings} >= {"input-bound"}
-    assert {(s.labels["pid"], s.labels["hostname"]) for s in findings} == {
-        (pid, socket.gethostname())
-    }
-    steps = families["gpudoctor_step_seconds"].samples
-    assert {s.labels["pid"] for s in steps} == {pid}
-    assert all("Hostname" not in s.labels for f in families.values() for s in f.samples)
