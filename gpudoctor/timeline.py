@@ -206,10 +206,11 @@ class Timeline:
         return these
 
     def _load_rows(self, pid: int, rows: list[list[Any]], kept: int | None) -> None:
-        """A stored message's step rows, as a report or a replay loads them: rolled up
-        at once (a step only counted, most of a fast loop's, by its time alone), and held
-        as rows until `settle()`, the newest that the process's rows keep only: a week's
-        last whole minutes of 8 ranks are ~1M rows, of which 100,000 are kept."""
+        """A stored message's step rows, as a report or a replay loads them: the
+        detailed steps' parts rolled up at once, every steady step's time kept (a step
+        only counted, most of a fast loop's, is its time alone) and rolled up at
+        `settle()`, and the rows held until then, only the newest that the process's
+        rows keep: a week's last whole minutes of 8 ranks are ~1M rows, 100,000 kept."""
         walls = self._pending_walls.get(pid)
         if walls is None:  # machine integers: the rows' own int objects are let go
             walls = self._pending_walls[pid] = array("q")
