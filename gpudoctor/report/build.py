@@ -504,6 +504,12 @@ def _capture_note(fact: dict[str, Any], w: Window, run_s: float) -> str:
             "job at the end): they are part of the step measures."
         ).format(steps=p.steps)
     share = p.cost_s / run_s if run_s > 0 else 0.0
+    if p.cost_s < 0.0005:  # within the steps' own spread: nothing to set against the run
+        return _(
+            "{steps} steps ran under torch.profiler: the capture held the job {held} (its "
+            "start, the steps, the table and the trace's writing), no longer than {steps} "
+            "ordinary steps take; those steps are part of the step measures."
+        ).format(steps=p.steps, held=_seconds(p.held_s))
     return _(
         "{steps} steps ran under torch.profiler: the capture held the job {held} (its start, "
         "the steps, the table and the trace's writing), {cost} more than {steps} ordinary "
