@@ -21,7 +21,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterator
 
-from prometheus_client import start_http_server
+from prometheus_client import ProcessCollector, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
@@ -202,6 +202,9 @@ def serve(address: str) -> RunCollector:
     registry = CollectorRegistry()
     collector = RunCollector()
     registry.register(collector)
+    # the doctor's own cost, by prometheus_client's process collector (/proc):
+    # gpudoctor_process_cpu_seconds_total, _resident_memory_bytes (an alert's budget)
+    ProcessCollector(namespace="gpudoctor", registry=registry)
     try:
         start_http_server(port, host, registry=registry)
     except OSError as exc:
