@@ -25,6 +25,7 @@ from prometheus_client import ProcessCollector, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from gpudoctor.diagnosis.devices import gpu_of
 from gpudoctor.i18n import _
 from gpudoctor.snapshot import Snapshot
 
@@ -120,6 +121,10 @@ def _steps(s: Snapshot) -> Iterator[GaugeMetricFamily]:
             steps.add_metric(key, r.steps)
     elif s.step_p50_ms is not None:
         key = [str(s.facts.get("rank", "")), str(s.job_pid or ""), here]
+        # one process: its GPU too (a rank's is above), so that its series join DCGM's
+        on = gpu_of(s.facts, s.job_pid, s.gpus) if s.job_pid is not None else None
+        if on is not None:
+            gpu.add_metric([*key, str(on.index), on.uuid or ""], 1)
         step.add_metric([*key, "0.5"], s.step_p50_ms / 1e3)
         if s.step_p90_ms is not None:
             step.add_metric([*key, "0.9"], s.step_p90_ms / 1e3)
