@@ -24,10 +24,8 @@ RULES_DIR = ROOT / "deploy" / "prometheus"
 assert shutil.which("promtool"), "promtool is needed: apt-get install prometheus"
 
 
-def promtool(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["promtool", *args], cwd=RULES_DIR, capture_output=True, text=True, timeout=60
-    )
+def promtool(*args: str, cwd: Path = RULES_DIR) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["promtool", *args], cwd=cwd, capture_output=True, text=True, timeout=60)
 
 
 def test_the_rules_are_valid_and_their_unit_tests_pass() -> None:
@@ -44,10 +42,7 @@ def test_a_broken_expectation_fails_the_rules_tests(tmp_path: Path) -> None:
     broken = tmp_path / "rules_test.yml"
     text = broken.read_text()
     broken.write_text(text.replace("eval_time: 15m", "eval_time: 9m", 1))
-    result = subprocess.run(
-        ["promtool", "test", "rules", "rules_test.yml"], cwd=tmp_path, capture_output=True,
-        text=True, timeout=60,
-    )  # fmt: skip
+    result = promtool("test", "rules", "rules_test.yml", cwd=tmp_path)
     assert result.returncode != 0 and "GpudoctorInputBound" in result.stdout + result.stderr
 
 
@@ -97,10 +92,7 @@ def test_the_dashboard_is_a_grafana_model_whose_queries_name_served_series(
         {"record": f"dashboard:panel_{n}", "expr": q} for n, q in enumerate(queries)
     ]}]}  # fmt: skip
     (tmp_path / "panels.yml").write_text(json.dumps(rules))
-    check = subprocess.run(
-        ["promtool", "check", "rules", "panels.yml"], cwd=tmp_path, capture_output=True,
-        text=True, timeout=60,
-    )  # fmt: skip
+    check = promtool("check", "rules", "panels.yml", cwd=tmp_path)
     assert check.returncode == 0, check.stdout + check.stderr
     names = {n for q in queries for n in re.findall(r"\b([A-Za-z_][A-Za-z0-9_]*)\s*(?:\{|\[|$)", q)}
     ours = {n for n in names if n.startswith("gpudoctor_")}
@@ -133,10 +125,7 @@ def test_each_ranks_gpu_joins_dcgms_series_on_hostname_and_gpu(tmp_path: Path) -
         "promql_expr_test": [{"expr": join, "eval_time": "2m", "exp_samples": expected}],
     }]}  # fmt: skip
     (tmp_path / "join_test.yml").write_text(json.dumps(tests))
-    result = subprocess.run(
-        ["promtool", "test", "rules", "join_test.yml"], cwd=tmp_path, capture_output=True,
-        text=True, timeout=60,
-    )  # fmt: skip
+    result = promtool("test", "rules", "join_test.yml", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
