@@ -19,6 +19,7 @@ gpudoctor_rank_gpu_info`.
 from __future__ import annotations
 
 import socket
+import statistics
 from collections.abc import Iterator
 
 from prometheus_client import ProcessCollector, start_http_server
@@ -51,15 +52,51 @@ def parse_address(text: str) -> tuple[str, int]:
     return host, number
 
 
+FIRST_HOUR_S = 3600.0
+
+
 class RunCollector(Collector):
+    """What a scrape reads: the latest snapshot the loop handed over, and each job's
+    step time over its first hour (the baseline an alert compares the step time with:
+    deploy/prometheus/rules.yml), taken from the snapshots as they come."""
+
     def __init__(self) -> None:
-        self.latest: Snapshot | None = None  # swapped whole by the loop's thread
+        self._latest: Snapshot | None = None  # swapped whole by the loop's thread
+        # by (rank, pid, hostname): the median step of each snapshot in the job's first
+        # hour, then (the hour over) their median, served from then on
+        self._first_hour: dict[tuple[str, str, str], list[float]] = {}
+        self.first_hour_s: dict[tuple[str, str, str], float] = {}
+
+    @property
+    def latest(self) -> Snapshot | None:
+        return self._latest
+
+    @latest.setter
+    def latest(self, s: Snapshot | None) -> None:
+        self._latest = s
+        if s is None:
+            return
+        for key, median_ms in _medians(s):
+            if key in self.first_hour_s:
+                continue
+            if s.elapsed_s <= FIRST_HOUR_S:
+                self._first_hour.setdefault(key, []).append(median_ms / 1e3)
+            elif key in self._first_hour:
+                self.first_hour_s[key] = statistics.median(self._first_hour.pop(key))
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         s = self.latest
         if s is None:
             return
         yield from _steps(s)
+        first = GaugeMetricFamily(
+            "gpudoctor_first_hour_step_seconds",
+            "The job's median step time over its first hour (served once that hour is over)",
+            labels=["rank", "pid", "hostname"],
+        )
+        for key, seconds in dict(self.first_hour_s).items():
+            first.add_metric(list(key), seconds)
+        yield first
         yield from _gpus(s)
         yield from _host(s)
         yield from _speed_of_light(s)
@@ -73,6 +110,19 @@ class RunCollector(Collector):
         for f in s.findings:
             findings.add_metric([*job, f.id, f.severity], f.estimated_gain or 0.0)
         yield findings
+
+
+def _medians(s: Snapshot) -> list[tuple[tuple[str, str, str], float]]:
+    """Each rank's (or the one process's) median step now, by its series' labels."""
+    here = socket.gethostname()
+    if s.ranks:
+        return [
+            ((str(r.rank) if r.rank is not None else "", str(r.pid), r.host or here), r.median_ms)
+            for r in s.ranks
+        ]
+    if s.step_p50_ms is None:
+        return []
+    return [((str(s.facts.get("rank", "")), str(s.job_pid or ""), here), s.step_p50_ms)]
 
 
 def _steps(s: Snapshot) -> Iterator[GaugeMetricFamily]:

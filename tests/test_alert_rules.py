@@ -4,6 +4,7 @@ when it must not), and every series and finding they name is one the doctor serv
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -16,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from test_metrics import free_port
 
 from gpudoctor.diagnosis.engine import RULES
-from gpudoctor.metrics import serve
+from gpudoctor.metrics import RunCollector, serve
 from gpudoctor.snapshot import take
 
 RULES_DIR = ROOT / "deploy" / "prometheus"
@@ -30,7 +31,7 @@ def promtool(*args: str, cwd: Path = RULES_DIR) -> subprocess.CompletedProcess[s
 
 def test_the_rules_are_valid_and_their_unit_tests_pass() -> None:
     check = promtool("check", "rules", "rules.yml")
-    assert check.returncode == 0 and "SUCCESS: 4 rules found" in check.stdout, check.stdout
+    assert check.returncode == 0 and "SUCCESS: 5 rules found" in check.stdout, check.stdout
     tested = promtool("test", "rules", "rules_test.yml")
     assert tested.returncode == 0 and "SUCCESS" in tested.stdout, tested.stdout + tested.stderr
 
@@ -134,7 +135,35 @@ def _served() -> set[str]:
     process), read over HTTP from the doctor's own server."""
     port = free_port()
     collector = serve(f"127.0.0.1:{port}")
-    collector.latest = take(load_session_file(FIXTURES / "gpu_session_dataloader_bound.json.gz"))
+    s = take(load_session_file(FIXTURES / "gpu_session_dataloader_bound.json.gz"))
+    collector.latest = s
+    # and as it would be past its first hour (whose step time is served from then on)
+    collector.latest = dataclasses.replace(s, elapsed_s=s.elapsed_s + 3600)
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
         text = response.read().decode()
     return {s.name for f in text_string_to_metric_families(text) for s in f.samples}
+
+
+def test_the_first_hours_step_time_is_served_once_the_hour_is_over() -> None:
+    """The baseline of the regression alert: the median of a job's step time over its
+    first hour, from the snapshots as they came; nothing served before the hour is over
+    (the alert cannot fire on the hour itself), then held whatever the job does."""
+
+    s = take(load_session_file(FIXTURES / "gpu_session_dataloader_bound.json.gz"))
+    collector = RunCollector()
+
+    def first_hour() -> list[float]:
+        return [
+            sample.value
+            for family in collector.collect()
+            if family.name == "gpudoctor_first_hour_step_seconds"
+            for sample in family.samples
+        ]
+
+    for t, p50 in ((60.0, 10.0), (1800.0, 12.0), (3500.0, 11.0)):
+        collector.latest = dataclasses.replace(s, elapsed_s=t, step_p50_ms=p50)
+        assert first_hour() == []
+    collector.latest = dataclasses.replace(s, elapsed_s=3700.0, step_p50_ms=30.0)
+    assert first_hour() == [0.011]
+    collector.latest = dataclasses.replace(s, elapsed_s=9000.0, step_p50_ms=5.0)
+    assert first_hour() == [0.011]
