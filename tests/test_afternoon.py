@@ -42,15 +42,36 @@ def troubles(text: str, width: int, lang: str, job_words: set[str]) -> list[str]
     found += [f"cut without an ellipsis: {line!r}" for line in lines if CUT.search(line)]
     if lang == "zh":
         assert CJK.search(text), text
-        found += [f"English: {w!r}" for w in sorted(english_left(names_out(text)) - job_words)]
+        shown = names_out(text)
+        found += [f"English: {w!r}" for w in sorted(english_left(shown) - job_words)]
+        found += [f"English word: {w!r}" for w in sorted(set(OUR_WORDS.findall(shown)))]
     return found
+
+
+def _our_words() -> re.Pattern[str]:
+    """The one-word messages of the catalogue ("watch", "exit", "running"...): on a
+    Chinese screen each must show translated (english_left sees only runs of two
+    words or more); a word inside an id or an option (more-workers, --steps) is a name."""
+    from babel.messages.pofile import read_po
+
+    po = Path(__file__).parent.parent / "gpudoctor" / "locale" / "zh" / "LC_MESSAGES"
+    with (po / "gpudoctor.po").open("rb") as f:
+        words = {
+            m.id for m in read_po(f) if isinstance(m.id, str) and re.fullmatch(r"[a-z]+", m.id)
+        }
+    return re.compile(r"(?<![\w./-])(" + "|".join(sorted(words)) + r")(?![\w/-])")
+
+
+OUR_WORDS = _our_words()
 
 
 def names_out(text: str) -> str:
     """The screen without what is named as it is: code quoted in backticks (across the
-    lines it wraps over) and the command lines shown (a program and its arguments)."""
-    flat = re.sub(r"[│╭╮╰╯─]", " ", text)
+    lines it wraps over), the command lines shown (a program and its arguments) and the
+    doctor's own commands named in its words (`gpudoctor watch`)."""
+    flat = re.sub(r"[\u2500-\u259f]", " ", text)  # the panels' and dialogs' borders
     flat = re.sub(r"`[^`]*`", " ", flat, flags=re.S)
+    flat = re.sub(r"\bgpudoctor\s+[a-z]+", " ", flat)  # a command named, wrapped or not
     return re.sub(r"\bpython3?\b[^\n]*", " ", flat)
 
 
@@ -171,6 +192,8 @@ def test_the_checks_see_what_they_look_for() -> None:
     assert troubles(cut, 80, "en", set()) == [f"cut without an ellipsis: {cut[:-1]!r}"]
     assert troubles(empty, 80, "en", set()) == ["a panel with no rows: '╭─ Output ──╮'"]
     assert troubles(chinese, 80, "zh", set()) == ["English: 'last minute'"]
+    one_word = "│ 46  12-04 19:06  10.5 s  仍在运行  watch  more-workers  gpudoctor watch   │\n"
+    assert troubles(one_word, 80, "zh", set()) == ["English word: 'watch'"]
     assert troubles(wide, 80, "en", set()) == [f"wider than 80: {wide!r}"]
     fine = "│ HIGH   input-bound: 89% of each step waits for the Data…  │\n"
     assert troubles(fine + "╭─ Output ──╮\n│ x │\n╰───╯\n", 80, "en", set()) == []
