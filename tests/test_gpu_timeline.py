@@ -311,12 +311,14 @@ def test_a_captures_cost_is_said_against_as_many_ordinary_steps() -> None:
     """The note sets the time a capture held the job against as many ordinary steps:
     what is over them is its cost, as a share of the run; within them, it says so."""
     from gpudoctor.report.build import _capture_note
+    from gpudoctor.report.values import Profile
 
     window = load_recorded_session("healthy").window()
     step_s = window.step_median_ms / 1000
     slow = {"steps": 5, "held_ms": (5 * step_s + 1.5) * 1000}
-    note = _capture_note(slow, window, run_s=60.0)
+    note = _capture_note(Profile.of(slow, window.step_median_ms), run_s=60.0)
     assert "5 steps ran under torch.profiler: the capture held the job" in note
     assert "1.5 s more than 5 ordinary steps take, 2.5% of the run" in note, note
     quick = {"steps": 5, "held_ms": 5 * step_s * 1000}
-    assert "no longer than 5 ordinary steps take" in _capture_note(quick, window, 60.0)
+    held = Profile.of(quick, window.step_median_ms)
+    assert "no longer than 5 ordinary steps take" in _capture_note(held, 60.0)

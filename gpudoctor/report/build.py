@@ -35,6 +35,7 @@ from gpudoctor.report.values import (
     StoreOutage,
 )
 from gpudoctor.timeline import Timeline
+from gpudoctor.units import seconds_text
 
 # Stalls said one by one in the notes; the rest summed in one line.
 MAX_STALL_NOTES = 5
@@ -96,6 +97,7 @@ def build(timeline: Timeline, session_id: int | None, lang: str = "en") -> Repor
     if profile and kept:  # the probe wrote it in a folder of the run's: the doctor kept it here
         profile = {**profile, "trace": kept}
     step_ms = window.step_median_ms if window.steady_steps and not window.estimated else None
+    captured = Profile.of(profile, step_ms) if profile else None
     # for people: secrets masked (the store keeps the command as it ran)
     audited = {k: facts[k] for k in AUDIT_KEYS if k in facts}
     command, shown_facts = redact_argv(timeline.command), redact_facts(audited)
@@ -130,8 +132,8 @@ def build(timeline: Timeline, session_id: int | None, lang: str = "en") -> Repor
             bad_messages=timeline.bad_messages,
         ),
         # torch.profiler's top operators, when asked
-        profile=Profile.of(profile, step_ms) if profile else None,
-        notes=tuple(_notes(timeline, window) + ([masked_note()] if masked else [])),
+        profile=captured,
+        notes=tuple(_notes(timeline, window, captured) + ([masked_note()] if masked else [])),
         doctor=_doctor(timeline),
         ranks=tuple(
             _rank(m, counts.get(m.pid, m.steps) if m.host == window.hostname else m.steps)
@@ -421,7 +423,7 @@ def _host(w: Window) -> HostSummary | None:
     )
 
 
-def _notes(timeline: Timeline, w: Window) -> list[str]:
+def _notes(timeline: Timeline, w: Window, captured: Profile | None = None) -> list[str]:
     if timeline.mode == "watch":
         return _watch_notes(timeline, w)
     notes = []
@@ -485,19 +487,17 @@ def _notes(timeline: Timeline, w: Window) -> list[str]:
                 n=timeline.bad_messages
             )
         )
-    profile = timeline.merged_facts().get("profile")
-    if profile:
-        notes.append(_capture_note(profile, w, timeline.duration_s()))
+    if captured is not None:
+        notes.append(_capture_note(captured, timeline.duration_s()))
     if timeline.exit is None:
         notes.append(_("The doctor stopped before the job ended: the record ends there."))
     return notes + _doctor_notes(timeline)
 
 
-def _capture_note(fact: dict[str, Any], w: Window, run_s: float) -> str:
+def _capture_note(p: Profile, run_s: float) -> str:
     """What a profiler capture cost the job: the time it held the training thread against
-    as many ordinary steps (the steady median), and that as a share of the run."""
-    step_ms = w.step_median_ms if w.steady_steps and not w.estimated else None
-    p = Profile.of(fact, step_ms)
+    as many ordinary steps (the steady median: Profile.cost_s), and that as a share of
+    the run."""
     if p.held_s is None or p.cost_s is None:
         return _(
             "{steps} steps ran under torch.profiler (slower, and the table was built in the "
@@ -509,16 +509,12 @@ def _capture_note(fact: dict[str, Any], w: Window, run_s: float) -> str:
             "{steps} steps ran under torch.profiler: the capture held the job {held} (its "
             "start, the steps, the table and the trace's writing), no longer than {steps} "
             "ordinary steps take; those steps are part of the step measures."
-        ).format(steps=p.steps, held=_seconds(p.held_s))
+        ).format(steps=p.steps, held=seconds_text(p.held_s))
     return _(
         "{steps} steps ran under torch.profiler: the capture held the job {held} (its start, "
         "the steps, the table and the trace's writing), {cost} more than {steps} ordinary "
         "steps take, {share:.1%} of the run; those steps are part of the step measures."
-    ).format(steps=p.steps, held=_seconds(p.held_s), cost=_seconds(p.cost_s), share=share)
-
-
-def _seconds(s: float) -> str:
-    return f"{s * 1000:.0f} ms" if s < 1 else f"{s:.1f} s"
+    ).format(steps=p.steps, held=seconds_text(p.held_s), cost=seconds_text(p.cost_s), share=share)
 
 
 def _watch_notes(timeline: Timeline, w: Window) -> list[str]:
