@@ -27,6 +27,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from gpudoctor.diagnosis.devices import gpu_of
+from gpudoctor.diagnosis.ranks import RankMeasure
 from gpudoctor.i18n import _
 from gpudoctor.snapshot import Snapshot
 
@@ -106,23 +107,28 @@ class RunCollector(Collector):
             "A current finding: the share of step time its remedies could win back",
             labels=["rank", "pid", "hostname", "id", "severity"],
         )
-        job = [str(s.facts.get("rank", "")), str(s.job_pid or ""), socket.gethostname()]
+        job = list(_job_key(s))
         for f in s.findings:
             findings.add_metric([*job, f.id, f.severity], f.estimated_gain or 0.0)
         yield findings
 
 
+def _job_key(s: Snapshot) -> tuple[str, str, str]:
+    """The (rank, pid, hostname) labels of a one-process job's series ("": no rank)."""
+    return str(s.facts.get("rank", "")), str(s.job_pid or ""), socket.gethostname()
+
+
+def _rank_key(r: RankMeasure, here: str) -> tuple[str, str, str]:
+    """A rank's (rank, pid, hostname) labels: its own node's name (`here`: this one)."""
+    return str(r.rank) if r.rank is not None else "", str(r.pid), r.host or here
+
+
 def _medians(s: Snapshot) -> list[tuple[tuple[str, str, str], float]]:
     """Each rank's (or the one process's) median step now, by its series' labels."""
-    here = socket.gethostname()
     if s.ranks:
-        return [
-            ((str(r.rank) if r.rank is not None else "", str(r.pid), r.host or here), r.median_ms)
-            for r in s.ranks
-        ]
-    if s.step_p50_ms is None:
-        return []
-    return [((str(s.facts.get("rank", "")), str(s.job_pid or ""), here), s.step_p50_ms)]
+        here = socket.gethostname()
+        return [(_rank_key(r, here), r.median_ms) for r in s.ranks]
+    return [] if s.step_p50_ms is None else [(_job_key(s), s.step_p50_ms)]
 
 
 def _steps(s: Snapshot) -> Iterator[GaugeMetricFamily]:
@@ -156,7 +162,7 @@ def _steps(s: Snapshot) -> Iterator[GaugeMetricFamily]:
     uuids = {g.index: g.uuid or "" for g in s.gpus}
     if s.ranks:
         for r in s.ranks:
-            key = [str(r.rank) if r.rank is not None else "", str(r.pid), r.host or here]
+            key = list(_rank_key(r, here))
             if r.gpu_index is not None:
                 # another node's GPU is named by its index there; its UUID is not sent
                 uuid = uuids.get(r.gpu_index, "") if r.host in (None, here) else ""
@@ -170,7 +176,7 @@ def _steps(s: Snapshot) -> Iterator[GaugeMetricFamily]:
                 rate.add_metric(key, r.samples_per_s)
             steps.add_metric(key, r.steps)
     elif s.step_p50_ms is not None:
-        key = [str(s.facts.get("rank", "")), str(s.job_pid or ""), here]
+        key = list(_job_key(s))
         # one process: its GPU too (a rank's is above), so that its series join DCGM's
         on = gpu_of(s.facts, s.job_pid, s.gpus) if s.job_pid is not None else None
         if on is not None:
@@ -192,7 +198,7 @@ def _speed_of_light(s: Snapshot) -> Iterator[GaugeMetricFamily]:
     if sol is None:
         return
     labels = ["rank", "pid", "hostname", "device"]
-    key = [str(s.facts.get("rank", "")), str(s.job_pid or ""), socket.gethostname(), sol.device]
+    key = [*_job_key(s), sol.device]
     flops = GaugeMetricFamily(
         "gpudoctor_step_flops", "FLOPs of one training step (counted once)", labels=labels
     )
