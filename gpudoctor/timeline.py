@@ -157,7 +157,12 @@ class Timeline:
 
     @property
     def mode(self) -> str:
-        return "watch" if self.watched_pid is not None else "run"
+        """The kind of session: "run", launched with the probe; "watch", watched from
+        outside (the step measures are estimates); "inject", watched with the probe
+        injected (steps counted from the attach)."""
+        if self.watched_pid is None:
+            return "run"
+        return "inject" if self.steps else "watch"
 
     def ingest_probe(
         self, message: dict[str, Any], apart: bool = False, held: bool = False

@@ -12,6 +12,7 @@ from typing import IO, Any
 from gpudoctor.app.errors import NotPossible
 from gpudoctor.i18n import _
 from gpudoctor.jobs import JobSource, LaunchedJob, OnTick, WatchedJob
+from gpudoctor.jobs.inject import InjectError, check_route
 from gpudoctor.jobs.watched import container_message, find_target, foreign_gpu_pids
 from gpudoctor.model import JobExit
 from gpudoctor.output_log import OutputLog
@@ -99,15 +100,24 @@ class WatchTarget:
     command: tuple[str, ...]
     python: bool
     py_spy: str | None
+    route: str | None = None  # --inject: how the probe goes in (jobs/inject.py)
 
 
-def check_watch(pid: int, nvml: NvmlReader, headless: bool) -> WatchTarget:
+def check_watch(pid: int, nvml: NvmlReader, headless: bool, inject: bool = False) -> WatchTarget:
     """What `watch --pid` can see of the process; NotPossible, in one line, for what it
-    cannot watch at all."""
+    cannot watch at all (nor inject into, with `inject`)."""
     try:
         target = find_target(pid)
     except AttachError as exc:
         raise NotPossible(str(exc)) from None
+    route = None
+    if inject:
+        if not target.python:
+            raise NotPossible(not_python(target.pid, target.command))
+        try:
+            route = check_route(target.pid)
+        except InjectError as exc:
+            raise NotPossible(str(exc)) from None
     py_spy = None
     if target.python:
         py_spy = find_py_spy()
@@ -128,7 +138,7 @@ def check_watch(pid: int, nvml: NvmlReader, headless: bool) -> WatchTarget:
     foreign = foreign_gpu_pids(nvml.read())
     if foreign:
         raise NotPossible(container_message(foreign, target.pid))
-    return WatchTarget(target.pid, tuple(target.command), target.python, py_spy)
+    return WatchTarget(target.pid, tuple(target.command), target.python, py_spy, route)
 
 
 def not_python(pid: int, command: list[str] | tuple[str, ...]) -> str:
@@ -144,18 +154,21 @@ def watch(
     max_seconds: float | None = None,
     nvml: NvmlReader | None = None,
     py_spy: str | None = None,
+    inject: str | None = None,
 ) -> WatchedJob:
-    """The process watched from outside (checked by `check_watch` first)."""
+    """The process watched from outside (checked by `check_watch` first), with the probe
+    injected by the route `inject` names."""
     try:
         target = find_target(pid)
     except AttachError as exc:
         raise NotPossible(str(exc)) from None
     job = WatchedJob(
-        target, store, interval_s=interval_s, max_seconds=max_seconds, nvml=nvml, py_spy=py_spy
-    )
+        target, store, interval_s=interval_s, max_seconds=max_seconds, nvml=nvml,
+        py_spy=py_spy, inject=inject,
+    )  # fmt: skip
     try:
         job.start()
-    except StoreError as exc:
+    except (StoreError, AttachError) as exc:
         job.close()
         raise NotPossible(str(exc)) from None
     return job
@@ -197,6 +210,6 @@ def exit_code(job_exit: JobExit, report: Report) -> int:
     """`run` gives back the job's own exit code; 0 when the doctor stopped it as asked
     (--max-seconds) or left it running, and always 0 for `watch` (a watched job's code
     cannot be seen from outside: the doctor only left, or saw it end)."""
-    if report.watched or job_exit.ended_by in ("max-seconds", "detached"):
+    if report.watched_pid is not None or job_exit.ended_by in ("max-seconds", "detached"):
         return 0
     return job_exit.exit_code if job_exit.exit_code is not None else 1

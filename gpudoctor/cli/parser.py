@@ -165,8 +165,17 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="[--] CMD [ARGS...]", help=cmd_help)
 
-    watch = add("watch", _("attach to a running job (no code injected; it is never stopped)"))
+    watch = add(
+        "watch",
+        _("attach to a running job (from outside, never stopped; --inject loads the probe)"),
+    )
     watch.add_argument("--pid", type=int, required=True, help=_("the job's process id"))
+    watch.add_argument(
+        "--inject", action="store_true",
+        help=_("load the probe into the running job (a debugger stops it for under half a "
+        "second): exact steps, the step's phases, syncs and copies, a profiler capture on p; "
+        "removed again when the doctor leaves"),
+    )  # fmt: skip
     watch.add_argument("--headless", action="store_true", help=_("no TUI: a status line on stderr"))
     watch.add_argument(
         "--report", type=Path, metavar="PATH", help=_("write the report (.json or .md)")

@@ -42,7 +42,7 @@ def command(args: argparse.Namespace) -> int:
     headless = args.headless or not on_terminal()
     nvml = NvmlReader()
     try:
-        target = running.check_watch(args.pid, nvml, headless)
+        target = running.check_watch(args.pid, nvml, headless, inject=args.inject)
     except errors.NotPossible as exc:
         raise UsageError(f"gpudoctor watch: {exc}") from None
     metrics = serve_metrics(args, "watch")
@@ -50,7 +50,9 @@ def command(args: argparse.Namespace) -> int:
     if headless and not args.headless:
         print(_("gpudoctor: no terminal for the TUI: watching headless."), file=sys.stderr)
     try:
-        job = running.watch(target.pid, store, args.interval, args.max_seconds, nvml, target.py_spy)
+        job = running.watch(
+            target.pid, store, args.interval, args.max_seconds, nvml, target.py_spy, target.route
+        )
     except errors.NotPossible as exc:
         store.close()
         raise UsageError(f"gpudoctor watch: {exc}") from None

@@ -26,7 +26,7 @@ from gpudoctor.diagnosis.ranks import RankSummary, rank_summaries
 from gpudoctor.diagnosis.window import WARMUP_STEPS
 from gpudoctor.i18n import _
 from gpudoctor.jobs.captures import Captures, keep
-from gpudoctor.jobs.source import Recorder
+from gpudoctor.jobs.source import Recorder, ask_for_profile
 from gpudoctor.model import EndedBy, HotspotChunk, JobExit
 from gpudoctor.output_log import OutputLog
 from gpudoctor.probe import ENV_DOCTOR_PID, ENV_SOCKET
@@ -35,7 +35,6 @@ from gpudoctor.sources import cpu_peak
 from gpudoctor.sources.host import HostReader
 from gpudoctor.sources.hotspots import HotspotSampler
 from gpudoctor.sources.nvml import NvmlReader
-from gpudoctor.sources.pages import read_pages
 from gpudoctor.sources.probe_server import ProbeServer
 from gpudoctor.sources.rendezvous import RankExchange, of_command
 from gpudoctor.store import Store, StoreError, encode
@@ -202,13 +201,7 @@ class LaunchedJob(Recorder):
         return self.proc.returncode
 
     def _drain(self) -> None:
-        assert self.session_id is not None
-        t = time.monotonic_ns()
-        for message, raw in self.server.drain():
-            rollup = self.timeline.ingest_probe(message, apart=True)
-            text = raw.decode()
-            self.store.add_raw(self.session_id, "probe", t, text)
-            self.compactor.knows(t, text, message, rollup)
+        self._drain_probe(self.server)
 
     def _tick(self) -> None:
         assert self.host is not None
@@ -301,13 +294,7 @@ class LaunchedJob(Recorder):
         self.store.add(self.session_id, "output", time.monotonic_ns(), record)
 
     def _read_pages(self) -> None:
-        """The probes' exact step counts (their counter pages), recorded when they move."""
-        assert self.session_id is not None
-        for pid, page in read_pages(self._dir).items():
-            if self.timeline.page_steps.get(pid) != page.steps:
-                self.timeline.ingest_page(pid, page.steps)
-                record = {"pid": pid, "steps": page.steps, "rows_sent": page.rows_sent}
-                self.store.add(self.session_id, "page", time.monotonic_ns(), record)
+        self._read_probe_pages(self._dir)
 
     # -- stopping -------------------------------------------------------------------------
 
@@ -325,11 +312,7 @@ class LaunchedJob(Recorder):
                 self.proc.send_signal(sig)
 
     def request_profile(self, steps: int) -> None:
-        """Ask the probe for torch.profiler over the next `steps` steps (thread-safe)."""
-        tmp = self.control_path + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(str(steps))
-        os.replace(tmp, self.control_path)
+        ask_for_profile(self.control_path, steps)
 
     def _escalate(self) -> None:
         if self._stop_started is None or self._escalation >= len(STOP_ESCALATION_S):

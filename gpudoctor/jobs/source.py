@@ -24,6 +24,8 @@ from gpudoctor.model import EndedBy, GpuSample, HostSample, JobExit
 from gpudoctor.processes import ProcessLister
 from gpudoctor.sources.host import HostReader
 from gpudoctor.sources.nvml import NvmlReader
+from gpudoctor.sources.pages import read_pages
+from gpudoctor.sources.probe_server import ProbeServer
 from gpudoctor.store import Store, encode
 from gpudoctor.timeline import Timeline
 
@@ -323,6 +325,25 @@ class Recorder(ABC):
 
     # -- shared readings ----------------------------------------------------------------------
 
+    def _drain_probe(self, server: ProbeServer) -> None:
+        """The probes' messages waiting on `server`, into the timeline and the store."""
+        assert self.session_id is not None
+        t = time.monotonic_ns()
+        for message, raw in server.drain():
+            rollup = self.timeline.ingest_probe(message, apart=True)
+            text = raw.decode()
+            self.store.add_raw(self.session_id, "probe", t, text)
+            self.compactor.knows(t, text, message, rollup)
+
+    def _read_probe_pages(self, folder: str) -> None:
+        """The probes' exact step counts (their counter pages), recorded when they move."""
+        assert self.session_id is not None
+        for pid, page in read_pages(folder).items():
+            if self.timeline.page_steps.get(pid) != page.steps:
+                self.timeline.ingest_page(pid, page.steps)
+                record = {"pid": pid, "steps": page.steps, "rows_sent": page.rows_sent}
+                self.store.add(self.session_id, "page", time.monotonic_ns(), record)
+
     def _read_host_and_gpus(self) -> tuple[HostSample, list[GpuSample]]:
         """One host and one GPU reading, into the timeline and the store; returned."""
         assert self.session_id is not None and self.host is not None
@@ -334,6 +355,15 @@ class Recorder(ABC):
             self.timeline.gpus.extend(gpus)
             self.store.add(self.session_id, "gpu", gpus[0].t_mono_ns, [encode(g) for g in gpus])
         return host, gpus
+
+
+def ask_for_profile(control_path: str, steps: int) -> None:
+    """Ask a probe for torch.profiler over its next `steps` steps (thread-safe): written
+    whole into the control file it looks at (probe/profile.py)."""
+    tmp = control_path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(str(steps))
+    os.replace(tmp, control_path)
 
 
 def open_pidfd(pid: int) -> int | None:
@@ -348,4 +378,4 @@ def open_pidfd(pid: int) -> int | None:
         return None
 
 
-__all__ = ["GpuProcessNames", "JobSource", "OnTick", "Recorder", "open_pidfd"]
+__all__ = ["GpuProcessNames", "JobSource", "OnTick", "Recorder", "ask_for_profile", "open_pidfd"]

@@ -11,6 +11,7 @@ import contextlib
 import os
 import pwd
 import re
+import shutil
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -18,17 +19,22 @@ from typing import Any
 
 import psutil
 
+from gpudoctor import run_folders
 from gpudoctor.i18n import _
-from gpudoctor.jobs.source import Recorder
+from gpudoctor.jobs.inject import InjectError, inject, settings_for
+from gpudoctor.jobs.source import Recorder, ask_for_profile
 from gpudoctor.model import EndedBy, GpuSample, HostSample, JobExit, StackChunk
 from gpudoctor.sources.host import HostReader
 from gpudoctor.sources.nvml import NvmlReader
+from gpudoctor.sources.probe_server import ProbeServer
 from gpudoctor.sources.stacks import AttachError, StackSampler
 from gpudoctor.store import Store, encode
 
 # Recent torch names its DataLoader workers' processes so (prctl PR_SET_NAME): they no
 # longer carry the main program's name.
 WORKER_NAME = "pt_data_worker"
+# How long a doctor leaving waits for an injected probe's last message.
+LEAVE_WAIT_S = 2.0
 _PYTHON_EXE = re.compile(r"^(python|pypy)[\d.]*[dmu]*$")
 
 
@@ -131,12 +137,18 @@ class WatchedJob(Recorder):
         max_seconds: float | None = None,
         nvml: NvmlReader | None = None,
         py_spy: str | None = None,
+        inject: str | None = None,
     ) -> None:
         super().__init__(target.command, store, interval_s, max_seconds, nvml)
         self.target = target
         self.timeline.watched_pid = target.pid
         self.sampler = StackSampler(py_spy, target.pid) if py_spy and target.python else None
         self._facts: dict[str, Any] = {}
+        # --inject: the probe loaded into the job by this route (jobs/inject.py), its
+        # messages and pages read from a folder of the doctor's as a launch's are
+        self.route = inject
+        self.probe: ProbeFolder | None = ProbeFolder() if inject else None
+        self.can_profile = inject is not None
 
     @property
     def job_pid(self) -> int | None:
@@ -147,6 +159,8 @@ class WatchedJob(Recorder):
 
     def start(self) -> None:
         pid = self.target.pid
+        if self.probe is not None and self.route is not None:
+            self.probe.inject(self.target, self.route)
         self.host = HostReader(pid)
         self.host.step_pids = {pid}  # its children are its workers
         cwd = self.target.cwd or os.getcwd()
@@ -161,6 +175,22 @@ class WatchedJob(Recorder):
 
     # -- the loop's parts (source.Recorder.run) -----------------------------------------------
 
+    def _handles(self) -> list[tuple[Any, str]]:
+        return [(self.probe.server, "probe")] if self.probe is not None else []
+
+    def _readable(self, tag: str) -> None:
+        if self.probe is not None:
+            self._drain_probe(self.probe.server)
+
+    def _read_counts(self) -> None:
+        if self.probe is not None:
+            self._read_probe_pages(self.probe.folder)
+
+    def request_profile(self, steps: int) -> None:
+        if self.probe is None:
+            raise NotImplementedError("watching from outside: no probe to ask (can_profile)")
+        ask_for_profile(self.probe.control, steps)
+
     def _job_ended(self) -> bool:
         return not _alive(self.target.pid)
 
@@ -172,6 +202,10 @@ class WatchedJob(Recorder):
         host, gpus = self._read_host_and_gpus()
         if self.sampler is not None:
             self._keep(self.sampler.poll())
+        if self.probe is not None:
+            self.host.step_pids = {self.target.pid, *self.timeline.steps}
+            self._drain_probe(self.probe.server)
+            self._read_probe_pages(self.probe.folder)
         self._record_facts(outside_facts(self.target.pid, host, gpus))
         self._commit()
 
@@ -204,6 +238,12 @@ class WatchedJob(Recorder):
         job_exit = JobExit(exit_code=None, ended_by="exit" if ended else "detached")
         if self.sampler is not None:  # the samples since the last whole chunk
             self._keep(self.sampler.finish())
+        probe = self.probe
+        if probe is not None:  # the probe sends its last rows and removes itself
+            if not ended:
+                probe.ask_to_leave(lambda: self._drain_probe(probe.server))
+            self._drain_probe(probe.server)
+            self._read_probe_pages(probe.folder)
         self.timeline.end_mono_ns = time.monotonic_ns()
         self.timeline.exit = job_exit
         return job_exit
@@ -211,6 +251,74 @@ class WatchedJob(Recorder):
     def close(self) -> None:
         if self.sampler is not None:
             self.sampler.close()
+        if self.probe is not None:
+            self.probe.close()
+
+
+class ProbeFolder:
+    """The doctor's folder for an injected probe: its socket, its counter pages, the
+    control file (a capture asked for) and the `detach` file (the doctor leaves)."""
+
+    def __init__(self) -> None:
+        self.folder = run_folders.make("run")
+        self.server = ProbeServer(os.path.join(self.folder, "probe.sock"))
+        self.control = os.path.join(self.folder, "control")
+        self.said = ""
+
+    def inject(self, target: Target, route: str) -> None:
+        """The probe into the job; AttachError, in one line, when it is not there."""
+        owner = _owner(target.pid)
+        if os.geteuid() == 0 and owner not in (None, 0):
+            # root injecting into a user's job: the job must reach the folder, the socket
+            for path in (self.folder, self.server.path):
+                os.chown(path, owner, -1)
+        settings = settings_for(self.folder, self.server.path, self.control)
+        try:
+            said = inject(target.pid, self.folder, settings, route)
+        except InjectError as exc:
+            raise AttachError(str(exc)) from None
+        self.said = said
+        if said != "attached":
+            raise AttachError(_refusal(target.pid, said))
+
+    def ask_to_leave(self, drain: Callable[[], None], wait_s: float = LEAVE_WAIT_S) -> None:
+        """Ask the probe to remove itself, and wait (a little) for its last message."""
+        with contextlib.suppress(OSError):
+            open(os.path.join(self.folder, "detach"), "w").close()
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            drain()
+            if self.server.saw_detached:
+                return
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        self.server.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _owner(pid: int) -> int | None:
+    try:
+        return int(psutil.Process(pid).uids().real)
+    except psutil.Error:
+        return None
+
+
+def _refusal(pid: int, said: str) -> str:
+    """What the probe said when it did not attach, in the person's words."""
+    if said == "launched":
+        return _(
+            "pid {pid} runs under gpudoctor run already: its own doctor measures it "
+            "(gpudoctor attach shows that session)"
+        ).format(pid=pid)
+    if said == "busy":
+        return _("another gpudoctor has its probe in pid {pid} now").format(pid=pid)
+    if said == "no-torch":
+        return _(
+            "pid {pid} has not loaded torch: nothing for the probe to measure (watch it "
+            "without --inject)"
+        ).format(pid=pid)
+    return _("the probe could not start in pid {pid}: {why}").format(pid=pid, why=said[:200])
 
 
 def outside_facts(pid: int, host: HostSample | None, gpus: list[GpuSample]) -> dict[str, Any]:

@@ -25,3 +25,14 @@ def start() -> None:
         import sys
 
         sys.stderr.write(f"gpudoctor probe: disabled ({type(exc).__name__}: {exc})\n")
+
+
+def attach(settings: dict[str, object]) -> str:
+    """Join a process already running (`gpudoctor watch --inject`, injected.py): what
+    became of it ("attached", or why not). Never raises."""
+    try:
+        from . import injected
+
+        return injected.attach(settings)
+    except Exception as exc:
+        return f"error: {type(exc).__name__}: {exc}"

@@ -72,16 +72,20 @@ class Group(Protocol):
 
 
 class Agent:
-    def __init__(self, socket_path: str) -> None:
+    def __init__(self, socket_path: str, doctor: int | None = None, injected: bool = False) -> None:
         self.socket_path = socket_path
         self.active = True
-        self.overrides = read_overrides()
+        # loaded into a running process by `gpudoctor watch --inject` (injected.py): it
+        # removes itself when its doctor leaves or is gone, where a launched one stays
+        # dormant (the job was started with it)
+        self.injected = injected
+        self.overrides = {} if injected else read_overrides()
         self.profiling = Profiling()
         self.flops = FlopCount()
         self.torch: Any = None
         self.lock = threading.Lock()
         self.clock = StepClock()
-        self.channel = Channel(socket_path, doctor_pid())
+        self.channel = Channel(socket_path, doctor if injected else doctor_pid())
         self.page = CounterPage(os.path.dirname(socket_path))
         self.groups: list[Group] = []
         # The hooks a counted step does without (see clock.py, sampling): each part is
@@ -95,6 +99,10 @@ class Agent:
         # what the overrides asked of each root module as the model hooks find it
         # (numerics.py: autocast, compile)
         self.root_callbacks: list[Callable[[Any], None]] = []
+        # an injected agent: asked at each flush whether to leave (injected.py); True
+        # when it has removed itself
+        self.leaving: Callable[[], bool] | None = None
+        self.leave_asked_ns = 0  # when the doctor asked it to leave (injected.py)
         self._fresh()
 
     def _fresh(self) -> None:
@@ -184,6 +192,8 @@ class Agent:
     def _flush_loop(self) -> None:
         while self.active:
             time.sleep(FLUSH_INTERVAL_S)
+            if self.injected and self.leaving is not None and self.leaving():
+                return  # removed (injected.py): nothing of the probe's runs any more
             self.flush()
             if self.channel.dead:
                 self.go_dormant()

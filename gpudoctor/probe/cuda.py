@@ -39,7 +39,9 @@ class CudaHooks:
         self.busy = tracing_checks(torch)
         mode = os.environ.get(ENV_TENSOR_HOOKS)
         self.any_device = mode == "cpu"
-        if mode in ("always", "cpu"):
+        # a process joined late (injected.py) whose CUDA is up already: at once
+        running = agent.injected and torch.cuda.is_initialized()
+        if mode in ("always", "cpu") or running:
             self.install()
             return
         cuda = torch.cuda

@@ -19,13 +19,15 @@ then cost nothing at all.
 from __future__ import annotations
 
 import inspect
+import os
+import sys
 import time
 import weakref
 from typing import Any
 
 from .agent import Agent
 from .clock import END_BACKWARD
-from .invisible import ClassPatch, RootCall, drop_own_frame, tracing_checks, unseen
+from .invisible import FILENAME, ClassPatch, RootCall, drop_own_frame, tracing_checks, unseen
 
 # The probe's key in torch's global registration tables (handles count up from 0).
 KEY = -0x6770_6471
@@ -83,6 +85,9 @@ class ModelHooks:
         setstate.install()
         self.setstate = setstate
         agent.discover = self.discover
+        # a process joined late (injected.py): its models are looked for at the first
+        # step's end in the training thread, where no forward is under way
+        self.look_for_running = agent.injected
 
     # -- learning of modules ----------------------------------------------------------------
 
@@ -111,6 +116,9 @@ class ModelHooks:
         """DISCOVERY_STEPS steps after the last new module: the classes that no root
         belongs to lose their patch. From the flush thread only while torch is not
         compiling (a class never changes under Dynamo's eyes)."""
+        if self.look_for_running and not from_flush_thread:
+            self.look_for_running = False
+            self.adopt_running()
         if not self.provisional or self.agent.clock.index < self.discovery_until:
             return
         if from_flush_thread and self.busy():
@@ -124,6 +132,21 @@ class ModelHooks:
             self.provisional = []
         except Exception as exc:
             self.agent.error("models-discovery", exc, self)
+
+    def adopt_running(self) -> None:
+        """The models a process made before the probe arrived: the modules its training
+        thread's frames hold (their locals, and one level of the attributes of what
+        they hold: a trainer's `self.model`) and `__main__`'s, each with its submodules,
+        learnt as if they had just been registered (the first calls at depth 0 tell the
+        roots, as at a launch)."""
+        try:
+            found = running_modules(self.torch.nn.Module, sys._getframe(1))
+            for module in found:
+                for sub in module.modules():
+                    self._on_registration(sub, "", None)
+            self.agent.fact("models_found_running", len(found))
+        except Exception as exc:
+            self.agent.error("models-running", exc)
 
     def _patch(self, cls: type) -> bool:
         """A provisional patch on `cls.__call__`; False when none was put there."""
@@ -298,3 +321,46 @@ class ModelHooks:
             patch.remove()
         self.patches.clear()
         self.provisional.clear()
+
+
+MAX_RUNNING_MODULES = 16
+
+
+def running_modules(module_type: type, frame: Any) -> list[Any]:
+    """The modules (not nested in another found) that `frame` and its callers hold in
+    their locals or in one level of their locals' attributes, and `__main__` in its
+    globals; the probe's own frames are passed over. Any lookup that fails is skipped:
+    a user's object may answer `vars()` in any way."""
+    found: dict[int, Any] = {}
+
+    def consider(value: Any, depth: int) -> None:
+        if len(found) >= MAX_RUNNING_MODULES:
+            return
+        if isinstance(value, module_type):
+            found.setdefault(id(value), value)
+        elif depth and not isinstance(value, (type, type(sys))):
+            try:
+                attributes = list(vars(value).values())[:64]
+            except Exception:  # noqa: BLE001 - no __dict__, or one that raises
+                return
+            for attribute in attributes:
+                if isinstance(attribute, module_type):
+                    found.setdefault(id(attribute), attribute)
+
+    own = os.path.dirname(os.path.abspath(__file__))
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if filename != FILENAME and not filename.startswith(own):
+            try:
+                values = list(frame.f_locals.values())
+            except Exception:  # noqa: BLE001
+                values = []
+            for value in values:
+                consider(value, 1)
+        frame = frame.f_back
+    main = sys.modules.get("__main__")
+    for value in list(getattr(main, "__dict__", {}).values()):
+        consider(value, 0)
+    modules = list(found.values())
+    nested = {id(sub) for m in modules for sub in list(m.modules())[1:]}
+    return [m for m in modules if id(m) not in nested]

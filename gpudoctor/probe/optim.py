@@ -46,6 +46,17 @@ class OptimizerHooks:
         self.clock.sampling = True  # the per-step hooks can be taken out (see clock.py)
         self.owner = opt.Optimizer
         self.original = opt.Optimizer.__dict__["profile_hook_step"]
+        self.handles: list[Any] = []
+        self.started: tuple[int, bool, int] | None = None  # a step under way (injected)
+        if agent.injected:
+            # a running process: its optimizers' steps are wrapped already, and an LR
+            # scheduler has bound each one's to its instance; torch's global step hooks
+            # see them all (injected.py)
+            self.handles = [
+                opt.register_optimizer_step_pre_hook(self._pre),
+                opt.register_optimizer_step_post_hook(self._post),
+            ]
+            return
         hook = self.original.__func__
 
         @functools.wraps(hook)
@@ -60,10 +71,7 @@ class OptimizerHooks:
         opt.Optimizer.profile_hook_step = staticmethod(profile_hook_step)
 
     def wrap(self, hooked: Any) -> Any:
-        """An optimizer class's step, timed. On a counted step it runs as little as can
-        be, written out here rather than called, since on a short step every line shows:
-        the closer's step appends its end time; another optimizer's only matters when it
-        steps twice before the closer does (the cycle changed: see `cycle_changed`)."""
+        """An optimizer class's step, timed in detail, or only counted (`counted`)."""
         agent = self.agent
         clock = self.clock
         # Dynamo traces this wrapper when it compiles an optimizer step (it is a plain
@@ -95,26 +103,62 @@ class OptimizerHooks:
                 if detail:
                     self.detailed(args[0], t0)
                     return result
-                agent.optimizer_steps += 1
-                closer = self.closer_ref
-                if closer is not None and closer() is args[0]:
-                    t = now()
-                    agent.counted_ends.append(t)
-                    agent.page.values[STEPS] += 1  # looked up: the page maps later
-                    if self.others:
-                        self.others.clear()
-                    agent.countdown -= 1
-                    if agent.countdown <= 0 or t >= agent.deadline:
-                        agent.end_counting()
-                        clock.housekeeping(t, now())  # the probe's switch, not input
-                else:
-                    self.cycle_changed(args[0])
+                self.counted(args[0])
             except Exception as exc:
                 clock.nested_at_opt_start = -1  # never left inside an optimizer's step
                 agent.error("optimizer", exc, self)
             return result
 
         return unseen(step)
+
+    def counted(self, optimizer: Any) -> None:
+        """An optimizer stepped on a step only counted: the closer's step appends its end
+        time; another optimizer's only matters when it steps twice before the closer
+        does (the cycle changed: see `cycle_changed`)."""
+        agent = self.agent
+        agent.optimizer_steps += 1
+        closer = self.closer_ref
+        if closer is not None and closer() is optimizer:
+            t = now()
+            agent.counted_ends.append(t)
+            agent.page.values[STEPS] += 1  # looked up: the page maps later
+            if self.others:
+                self.others.clear()
+            agent.countdown -= 1
+            if agent.countdown <= 0 or t >= agent.deadline:
+                agent.end_counting()
+                self.clock.housekeeping(t, now())  # the probe's switch, not input
+        else:
+            self.cycle_changed(optimizer)
+
+    # -- torch's global step hooks (an injected probe) ---------------------------------------
+
+    def _pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self.started = None
+        try:
+            compiler = self.torch.compiler
+            if compiler.is_compiling() or not self.agent.active or not self.enabled:
+                return
+            detail = self.agent.detail
+            t0 = now() if detail else 0
+            if detail:
+                self.clock.optimizer_start()
+            self.started = (id(optimizer), detail, t0)
+        except Exception as exc:
+            self.agent.error("optimizer", exc, self)
+
+    def _post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        started, self.started = self.started, None
+        if started is None or started[0] != id(optimizer) or not self.enabled:
+            return
+        try:
+            if started[1]:
+                self.detailed(optimizer, started[2])
+            else:
+                self.counted(optimizer)
+        except Exception as exc:
+            self.clock.nested_at_opt_start = -1
+            self.agent.error("optimizer", exc, self)
 
     def cycle_changed(self, optimizer: Any) -> None:
         """On a counted step, another optimizer than the closer stepped. When it steps a
@@ -162,7 +206,8 @@ class OptimizerHooks:
                     flops.abandon()
                     agent.error("flops", exc)
             agent.countdown, agent.deadline = clock.plan_next(t1)
-            if agent.countdown > 0 and not profiling.running and not flops.running:
+            busy = profiling.running or flops.running or agent.leave_asked_ns  # (injected.py)
+            if agent.countdown > 0 and not busy:
                 agent.measure_next_step(False)
         agent.note_steps()
         if agent.flusher is None:
@@ -184,4 +229,8 @@ class OptimizerHooks:
         self.enabled = False
         self.closer_ref = None
         self.clock.nested_at_opt_start = -1
-        self.owner.profile_hook_step = self.original
+        for handle in self.handles:
+            handle.remove()
+        self.handles.clear()
+        if not self.agent.injected:
+            self.owner.profile_hook_step = self.original

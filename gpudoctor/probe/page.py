@@ -52,3 +52,9 @@ class CounterPage:
         """A forked child must not write into its parent's page: a fresh one of its own."""
         self._map = None  # the parent's mapping stays the parent's (not closed here)
         self.values = [0] * len(protocol.PAGE_FIELDS)
+
+    def close(self) -> None:
+        """Unmapped (an injected probe leaving): the hot paths write a plain list again;
+        the mapping goes when the last view of it does."""
+        self.values = [0] * len(protocol.PAGE_FIELDS)
+        self._map = None

@@ -304,7 +304,7 @@ def _steps(w: Window) -> StepMeasures:
     batches = [s.batch_size for s in w.detailed_steps if s.batch_size]
     samples_per_s = w.samples_per_s
     split = {k: round(v, 4) for k, v in w.split().items()}
-    if w.estimated or w.stacks:  # watch mode: no step was timed
+    if not w.steps and (w.estimated or w.stacks):  # watched from outside: no step timed
         return StepMeasures(
             count=None,
             steady_count=None,
@@ -427,6 +427,13 @@ def _notes(timeline: Timeline, w: Window, captured: Profile | None = None) -> li
     if timeline.mode == "watch":
         return _watch_notes(timeline, w)
     notes = []
+    if timeline.mode == "inject":
+        notes.append(
+            _(
+                "The probe was injected into pid {pid}, which was already running: its steps "
+                "are counted from the attach, and the probe was removed when the doctor left."
+            ).format(pid=timeline.watched_pid)
+        )
     if timeline.auto_profile is not None:
         t, why = timeline.auto_profile
         notes.append(

@@ -365,7 +365,7 @@ class HotspotLine:
 @dataclass(frozen=True)
 class Report:
     session: int | None
-    mode: str  # "run" | "watch"
+    mode: str  # "run" | "watch" | "inject" (watched, the probe injected)
     watched_pid: int | None
     estimated: tuple[str, ...]  # measures estimated rather than measured (watch mode)
     command: tuple[str, ...]

@@ -22,6 +22,7 @@ class ProbeServer:
         self.bad_messages = 0
         self.remade: list[int] = []  # when its socket file was found gone and made again
         self.pending: list[tuple[dict[str, Any], bytes]] = []  # read from a socket replaced
+        self.saw_detached = False  # an injected probe said it leaves (its last message)
         self._inode = 0
         self._sock = self._bind()
 
@@ -78,6 +79,8 @@ class ProbeServer:
             if message is None:
                 self.bad_messages += 1
             else:
+                if message.get("facts", {}).get("probe_left"):
+                    self.saw_detached = True
                 out.append((message, data))
 
     def close(self) -> None:

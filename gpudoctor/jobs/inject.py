@@ -1,0 +1,302 @@
+"""Loading the probe into a Python process that is already running (`watch --inject`).
+
+The route, by the target's Python:
+- CPython 3.14 and later: `sys.remote_exec` (PEP 768), run by the target's own
+  interpreter: the target runs the boot script at its next safe point by itself.
+- CPython 3.10 to 3.13: gdb in batch mode, the way memray attaches. It stops the
+  process, reads only libc's and libpython's symbol tables (no debug information: a
+  few hundred milliseconds where a full read of torch's libraries takes seconds), asks
+  the interpreter for a pending call (`Py_AddPendingCall`) of a harmless function and
+  lets the process run on; the main thread makes that call at its next safe point
+  (between two bytecodes, the GIL held, not inside a signal handler nor an import), where
+  the breakpoint on that function has the boot script run (`PyRun_SimpleString`), and
+  gdb detaches. The process is stopped for gdb's attach and for the boot script: under
+  half a second (bench/RESULTS.md); a signal inside the call unwinds it (gdb's
+  unwindonsignal), and gdb leaves the process running whatever happens to it.
+
+The boot script loads the probe under its private name from this installation (once:
+a second attach reuses it) and calls its `attach` (probe/injected.py), then writes what
+became of it into the doctor's folder. It binds no name in the job's `__main__` and
+prints nothing.
+
+Where no route exists, `InjectError` says what is missing and how to allow it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from gpudoctor import probe
+from gpudoctor.i18n import _
+
+PROBE_DIR = Path(probe.__file__).resolve().parent
+BOOT_NAME = "inject.py"
+RESULT_NAME = "inject.result"
+# How long gdb may wait for the main thread's next safe point (a thread inside one long
+# C call, a CUDA synchronisation, reaches none until it returns), and for the script.
+SAFE_POINT_WAIT_S = 20.0
+# sys.remote_exec returns at once: the target runs the script at its next safe point.
+RESULT_WAIT_S = 20.0
+CAP_SYS_PTRACE = 19
+_VERSION = re.compile(r"(?:lib)?python(\d)\.(\d+)")
+
+BOOT = """\
+def _gpudoctor_boot():
+    import importlib.util
+    import sys
+
+    module = sys.modules.get("_gpudoctor_probe")
+    if module is not None and not hasattr(module, "attach"):
+        return "launched"
+    if module is None:
+        spec = importlib.util.spec_from_file_location(
+            "_gpudoctor_probe", {init!r}, submodule_search_locations=[{folder!r}]
+        )
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["_gpudoctor_probe"] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules["_gpudoctor_probe"]
+            raise
+    return module.attach({settings!r})
+
+
+try:
+    _gpudoctor_result = _gpudoctor_boot()
+except BaseException as exc:
+    _gpudoctor_result = "error: %s: %s" % (type(exc).__name__, exc)
+try:
+    with open({result!r}, "w") as f:
+        f.write(_gpudoctor_result)
+except BaseException:
+    pass
+"""
+
+# In the job's main thread: the script run in a namespace of its own, whatever it raises
+# kept from the job's stderr.
+RUN_BOOT = (
+    "try:\\n exec(compile(open('{path}').read(), '{path}', 'exec'), "
+    "{{'__name__': '_gpudoctor_inject'}})\\nexcept BaseException:\\n pass\\n"
+)
+
+GDB_SCRIPT = """\
+set pagination off
+set confirm off
+set unwindonsignal on
+sharedlibrary libc
+sharedlibrary libpython
+call (int)Py_AddPendingCall((void*)&PyCallable_Check, (void*)0)
+break PyCallable_Check if {first_argument} == 0
+commands
+  delete breakpoints
+  call (int)PyRun_SimpleString("{run}")
+  detach
+  quit
+end
+continue
+"""
+
+
+class InjectError(Exception):
+    """The probe cannot be injected: one line saying what is missing and how to allow it."""
+
+
+def python_version(pid: int) -> tuple[int, int] | None:
+    """The target's Python (major, minor), from its libpython or its executable's name."""
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            for line in f:
+                if "libpython" in line:
+                    found = _VERSION.search(os.path.basename(line.split()[-1]))
+                    if found:
+                        return int(found[1]), int(found[2])
+    except OSError:
+        pass
+    with contextlib.suppress(OSError):
+        found = _VERSION.search(os.path.basename(os.readlink(f"/proc/{pid}/exe")))
+        if found:
+            return int(found[1]), int(found[2])
+    return None
+
+
+def ptrace_refusal(pid: int) -> str | None:
+    """Why the kernel would not let this process trace `pid`, when it can be told ahead
+    (Yama's ptrace_scope); None when nothing here forbids it."""
+    try:
+        scope = int(Path("/proc/sys/kernel/yama/ptrace_scope").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    if scope >= 3:
+        return _(
+            "kernel.yama.ptrace_scope is 3: no process may be traced on this machine until "
+            "it restarts; run the job under gpudoctor run instead"
+        )
+    if scope == 2 and not has_cap_ptrace():
+        return _(
+            "kernel.yama.ptrace_scope is 2: only root may trace a process; run sudo gpudoctor "
+            "watch --pid {pid} --inject"
+        ).format(pid=pid)
+    if scope == 1 and not has_cap_ptrace():
+        return _(
+            "kernel.yama.ptrace_scope is 1: only a parent may trace its child; allow it with "
+            "sudo sysctl kernel.yama.ptrace_scope=0, or run sudo gpudoctor watch --pid {pid} "
+            "--inject"
+        ).format(pid=pid)
+    return None
+
+
+def has_cap_ptrace() -> bool:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("CapEff:"):
+                return bool(int(line.split()[1], 16) >> CAP_SYS_PTRACE & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
+def check_route(pid: int) -> str:
+    """The route for `pid` ("remote_exec" or "gdb"); InjectError when there is none."""
+    version = python_version(pid)
+    if version is None:
+        raise InjectError(
+            _("pid {pid} does not run a CPython gpudoctor can tell: nothing to inject into")
+            .format(pid=pid)
+        )  # fmt: skip
+    if version < (3, 10):
+        raise InjectError(
+            _("pid {pid} runs Python {version}: injection needs 3.10 or later").format(
+                pid=pid, version=f"{version[0]}.{version[1]}"
+            )
+        )
+    if version >= (3, 14):
+        return "remote_exec"
+    if shutil.which("gdb") is None:
+        raise InjectError(
+            _(
+                "gdb is not installed: injecting into Python {version} needs it "
+                "(apt-get install gdb; Python 3.14 needs none)"
+            ).format(version=f"{version[0]}.{version[1]}")
+        )
+    refusal = ptrace_refusal(pid)
+    if refusal is not None:
+        raise InjectError(refusal)
+    return "gdb"
+
+
+def inject(pid: int, folder: str, settings: dict[str, object], route: str) -> str:
+    """Run the boot script in `pid` by `route`; what the probe said ("attached",
+    "launched", "busy", "no-torch", "error: ..."), or InjectError."""
+    result = os.path.join(folder, RESULT_NAME)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(result)
+    boot = os.path.join(folder, BOOT_NAME)
+    Path(boot).write_text(
+        BOOT.format(
+            init=str(PROBE_DIR / "__init__.py"),
+            folder=str(PROBE_DIR),
+            settings={**settings, "route": route},
+            result=result,
+        )
+    )
+    if route == "remote_exec":
+        _remote_exec(pid, boot)
+    else:
+        _gdb(pid, boot)
+    deadline = time.monotonic() + RESULT_WAIT_S
+    while time.monotonic() < deadline:
+        with contextlib.suppress(FileNotFoundError):
+            text = Path(result).read_text()
+            if text:
+                return text
+        time.sleep(0.05)
+    raise InjectError(
+        _(
+            "pid {pid} did not reach a point where Python code can run within {seconds:.0f} s "
+            "(its main thread is inside one long call): nothing was injected"
+        ).format(pid=pid, seconds=RESULT_WAIT_S)
+    )
+
+
+def _remote_exec(pid: int, boot: str) -> None:
+    exe = os.readlink(f"/proc/{pid}/exe")
+    code = f"import sys; sys.remote_exec({pid}, {boot!r})"
+    done = subprocess.run(
+        [exe, "-I", "-c", code], capture_output=True, text=True, timeout=SAFE_POINT_WAIT_S
+    )
+    if done.returncode != 0:
+        raise InjectError(_refused(pid, done.stderr))
+
+
+def _gdb(pid: int, boot: str) -> None:
+    if not re.fullmatch(r"[\w./+-]+", boot):  # it goes into a C string inside gdb's script
+        raise InjectError(_("the doctor's folder has an unusual path: {path}").format(path=boot))
+    register = "$x0" if platform.machine() in ("aarch64", "arm64") else "$rdi"
+    script = GDB_SCRIPT.format(first_argument=register, run=RUN_BOOT.format(path=boot))
+    commands = os.path.join(os.path.dirname(boot), "inject.gdb")
+    Path(commands).write_text(script)
+    # no debug information read at all, no library's symbols but the two named
+    argv = ["gdb", "-q", "-nx", "-batch", "--readnever", "-iex", "set auto-solib-add off"]
+    argv += ["-iex", "set auto-load off"]
+    gdb = subprocess.Popen(
+        [*argv, "-p", str(pid), "-x", commands],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # the doctor's Ctrl-C is not gdb's
+    )
+    try:
+        output, _unused = gdb.communicate(timeout=SAFE_POINT_WAIT_S)
+    except subprocess.TimeoutExpired:
+        # still waiting for the safe point: interrupted, gdb detaches as it quits (a
+        # pending call left behind is a harmless function the job calls once)
+        gdb.send_signal(signal.SIGINT)
+        try:
+            output, _unused = gdb.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            gdb.send_signal(signal.SIGINT)
+            output, _unused = gdb.communicate()
+    if re.search(r"^\$2 = ", output, re.MULTILINE):
+        return  # the script ran (its call returned: gdb printed the value)
+    raise InjectError(_refused(pid, output))
+
+
+def _refused(pid: int, output: str) -> str:
+    """One line for why the tool could not run the script in `pid`."""
+    if "Operation not permitted" in output or "ptrace" in output.lower():
+        return _(
+            "the kernel refused to let gdb trace pid {pid} (ptrace: operation not permitted): "
+            "a container needs --cap-add=SYS_PTRACE, a process that made itself "
+            "non-dumpable can be traced only by root, and kernel.yama.ptrace_scope must "
+            "allow it"
+        ).format(pid=pid)
+    if "No symbol" in output:
+        return _(
+            "pid {pid}'s Python exports no C API that gdb can call (a static or stripped "
+            "interpreter): run the job under gpudoctor run instead"
+        ).format(pid=pid)
+    last = next((s for s in reversed(output.strip().splitlines()) if s.strip()), "")
+    return _("could not inject into pid {pid}: {why}").format(pid=pid, why=last.strip()[:200])
+
+
+def settings_for(folder: str, socket_path: str, control: str) -> dict[str, object]:
+    """What the probe is told: where to send, whom to watch for, where to look."""
+    return {
+        "socket": socket_path,
+        "doctor_pid": os.getpid(),
+        "control": control,
+        "trace_dir": folder,
+    }
+
+
+__all__ = ["InjectError", "check_route", "inject", "settings_for"]

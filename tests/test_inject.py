@@ -1,0 +1,255 @@
+"""`gpudoctor watch --pid N --inject`: the probe loaded into a job that was started
+without the doctor, for real (gdb on this machine's CPython), and removed again."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from conftest import PY, as_from_a_terminal, doctor
+
+from gpudoctor.jobs import inject
+from gpudoctor.store import Store
+
+pytestmark = [
+    pytest.mark.timeout(240),
+    pytest.mark.skipif(
+        shutil.which("gdb") is None or sys.version_info >= (3, 14),
+        reason="the gdb route needs gdb (apt-get install gdb) and CPython 3.10-3.13",
+    ),
+]
+
+# An input-bound job whose results depend only on its step count: each sample is made by
+# a fixed amount of CPU work and a wait in the DataLoader's main-process loading
+# (num_workers=0). It
+# logs each step's end (time.monotonic_ns, the doctor's clock too) to a file, and at its
+# end prints what a probe would leave behind if it did not remove itself: threads, torch's
+# global hook tables, the patched attributes. The same lines plain and injected.
+JOB = """
+    import sys, threading, time, torch
+    from torch.utils.data import DataLoader, Dataset
+    from torch.utils.data import dataloader as dl
+    from torch.optim import optimizer as optmod
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    ORIGINAL = {
+        "backward": torch.autograd.backward,
+        "next": dl._BaseDataLoaderIter.__dict__["__next__"],
+        "setstate": torch.nn.Module.__dict__["__setstate__"],
+        "hook_step": torch.optim.Optimizer.__dict__["profile_hook_step"],
+        "item": torch.Tensor.item,
+    }
+
+    class Decoded(Dataset):
+        def __len__(self):
+            return 4096
+        def __getitem__(self, i):
+            g = torch.Generator().manual_seed(i)
+            x = torch.randn(48, 48, generator=g)
+            for _ in range(6):
+                x = torch.tanh(x @ x.T / 48)
+            time.sleep(0.0005)  # a read from storage: the job lasts 5 s or more anywhere
+            return x[0, :16].clone(), i % 3
+
+    data = DataLoader(Decoded(), batch_size=8)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.StepLR(opt, 50, gamma=0.9)
+    steps, log = int(sys.argv[1]), open(sys.argv[2], "w")
+    n = 0
+    while n < steps:
+        for x, y in data:
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad(); loss.backward(); opt.step(); sched.step()
+            n += 1
+            log.write(f"{time.monotonic_ns()}\\n"); log.flush()
+            if n % 50 == 0:
+                print(f"step {n} loss {loss.item():.6f}", flush=True)
+            if n == steps:
+                break
+    mod = torch.nn.modules.module
+    print("threads", sorted(t.name for t in threading.enumerate()))
+    print("hooks", len(optmod._global_optimizer_pre_hooks),
+          len(optmod._global_optimizer_post_hooks),
+          len(mod._global_module_registration_hooks), len(mod._global_parameter_registration_hooks))
+    print("originals", torch.autograd.backward is ORIGINAL["backward"],
+          dl._BaseDataLoaderIter.__dict__["__next__"] is ORIGINAL["next"],
+          torch.nn.Module.__dict__["__setstate__"] is ORIGINAL["setstate"],
+          torch.optim.Optimizer.__dict__["profile_hook_step"] is ORIGINAL["hook_step"],
+          torch.Tensor.item is ORIGINAL["item"])
+    print("patched", [c.__name__ for c in (torch.nn.Sequential, torch.nn.Linear, torch.nn.ReLU)
+                      if "__call__" in vars(c)])
+    print("finished", n, f"{loss.item():.6f}", [f"{p.sum().item():.6f}" for p in model.parameters()])
+"""
+STEPS = "1400"
+
+
+@pytest.fixture(scope="module")
+def script(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("inject") / "decoded.py"
+    path.write_text(textwrap.dedent(JOB))
+    return path
+
+
+@pytest.fixture(scope="module")
+def plain(
+    script: Path, tmp_path_factory: pytest.TempPathFactory
+) -> subprocess.CompletedProcess[str]:
+    log = tmp_path_factory.mktemp("plain") / "steps.log"
+    done = subprocess.run(
+        [PY, str(script), STEPS, str(log)], capture_output=True, text=True, timeout=200
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def start(script: Path, tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
+    """The job started plainly, its output to files; returned once it is past 50 steps."""
+    log = tmp_path / "steps.log"
+    out = (tmp_path / "out.txt").open("w")
+    err = (tmp_path / "err.txt").open("w")
+    job = subprocess.Popen(
+        [PY, str(script), STEPS, str(log)], stdout=out, stderr=err, text=True,
+        preexec_fn=as_from_a_terminal,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and "step 50" not in (tmp_path / "out.txt").read_text():
+        assert job.poll() is None, (tmp_path / "err.txt").read_text()
+        time.sleep(0.1)
+    return job, log
+
+
+def finish(job: subprocess.Popen[str], tmp_path: Path) -> tuple[int, str, str]:
+    code = job.wait(timeout=200)
+    return code, (tmp_path / "out.txt").read_text(), (tmp_path / "err.txt").read_text()
+
+
+def test_injected_probe_counts_the_steps_made_while_attached_and_leaves_the_job_as_it_was(
+    script: Path, plain: subprocess.CompletedProcess[str], tmp_path: Path
+) -> None:
+    job, log = start(script, tmp_path)
+    report = tmp_path / "r.json"
+    watched = doctor(
+        "watch", "--pid", str(job.pid), "--inject", "--headless", "--max-seconds", "3",
+        "--report", str(report),
+    )  # fmt: skip
+    assert watched.returncode == 0, watched.stderr
+    code, out, err = finish(job, tmp_path)
+    # the job's results, its exit code and everything it printed: as without the doctor
+    assert (code, out, err) == (0, plain.stdout, plain.stderr)
+    assert "threads ['MainThread']" in out  # the plain run's line: no thread of the probe left
+
+    r = json.loads(report.read_text())
+    assert r["mode"] == "inject" and r["ended_by"] == "detached"
+    assert r["findings"][0]["id"] == "input-bound", [f["id"] for f in r["findings"]]
+    split = r["steps"]["split"]
+    assert split["data_wait"] > 0.5 and split["forward"] > 0 and split["optimizer"] > 0
+    # the count: the steps the job logged between the first and the last step the probe saw
+    timeline = Store(Path(os.environ["GPUDOCTOR_STORE"])).load(r["session"])
+    (pid,) = timeline.steps
+    assert pid == job.pid
+    first, last = timeline.steps[pid][0].t_end_mono_ns, timeline.steps[pid][-1].t_end_mono_ns
+    ends = [int(line) for line in log.read_text().split()]
+    made = sum(1 for t in ends if first - 5_000_000 <= t <= last + 5_000_000)
+    count = r["steps"]["count"]
+    assert count > 100 and abs(count - made) <= max(2, made // 100), (count, made)
+    assert "injected into pid" in " ".join(r["notes"])
+
+
+def test_a_doctor_killed_while_attached_leaves_the_job_as_it_was_and_a_second_attach_works(
+    script: Path, plain: subprocess.CompletedProcess[str], tmp_path: Path
+) -> None:
+    job, _log = start(script, tmp_path)
+    watching = subprocess.Popen(
+        [PY, "-m", "gpudoctor", "watch", "--pid", str(job.pid), "--inject", "--headless"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        preexec_fn=as_from_a_terminal,
+    )  # fmt: skip
+    assert watching.stderr is not None
+    deadline = time.monotonic() + 60
+    line = ""
+    while time.monotonic() < deadline and "steps " not in line:  # its status: steps counted
+        line = watching.stderr.readline()
+        assert line or watching.poll() is None
+    watching.kill()  # SIGKILL: nobody tells the probe
+    watching.wait()
+    time.sleep(1.5)  # the probe notices at its next flush (a quarter second) and leaves
+    # a second doctor's attach finds nothing of the first one's in the way
+    again = doctor(
+        "watch", "--pid", str(job.pid), "--inject", "--headless", "--max-seconds", "2",
+        "--report", str(tmp_path / "again.json"),
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert json.loads((tmp_path / "again.json").read_text())["steps"]["count"] > 0
+    code, out, err = finish(job, tmp_path)
+    assert (code, out, err) == (0, plain.stdout, plain.stderr)
+
+
+def test_inject_refused_where_ptrace_is_not_allowed_leaves_the_job_untouched(
+    script: Path, tmp_path: Path
+) -> None:
+    """A job that made itself non-dumpable (as some launchers do), and a doctor without
+    CAP_SYS_PTRACE: the kernel refuses the debugger; one line, exit 2."""
+    guarded = tmp_path / "guarded.py"
+    guarded.write_text(
+        "import ctypes, runpy, sys\n"
+        "ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE: 0\n"
+        f"sys.argv = [{str(script)!r}] + sys.argv[1:]\n"
+        f"runpy.run_path({str(script)!r}, run_name='__main__')\n"
+    )
+    job, _log = start(guarded, tmp_path)
+    prefix = ["setpriv", "--bounding-set", "-sys_ptrace"] if os.geteuid() == 0 else []
+    refused = subprocess.run(
+        [*prefix, PY, "-m", "gpudoctor", "watch", "--pid", str(job.pid), "--inject", "--headless"],
+        capture_output=True, text=True, timeout=60, preexec_fn=as_from_a_terminal,
+    )  # fmt: skip
+    assert refused.returncode == 2, refused.stderr
+    (message,) = refused.stderr.strip().splitlines()
+    assert "ptrace" in message and "Traceback" not in message
+    # the debugger's own refusal, in words, where py-spy's check did not come first
+    tried = subprocess.run(
+        [*prefix, PY, "-c", "import sys, tempfile\n"
+         "from gpudoctor.jobs import inject\n"
+         "folder = tempfile.mkdtemp()\n"
+         "try:\n"
+         f"    inject.inject({job.pid}, folder, {{'socket': folder + '/s'}}, 'gdb')\n"
+         "except inject.InjectError as exc:\n"
+         "    print(exc)\n"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert "the kernel refused to let gdb trace pid" in tried.stdout, tried.stdout + tried.stderr
+    try:  # untouched: still training, step after step
+        made = len((tmp_path / "steps.log").read_text().split())
+        time.sleep(1.0)
+        assert job.poll() is None and len((tmp_path / "steps.log").read_text().split()) > made
+    finally:
+        job.kill()
+        job.wait()
+
+
+def test_inject_without_gdb_says_what_to_install(script: Path, tmp_path: Path) -> None:
+    job, _log = start(script, tmp_path)
+    try:
+        bare = {**os.environ, "PATH": str(Path(PY).parent)}  # py-spy, not gdb
+        refused = doctor(
+            "watch", "--pid", str(job.pid), "--inject", "--headless", env=bare, timeout=60
+        )
+        assert refused.returncode == 2, refused.stderr
+        assert "gdb is not installed" in refused.stderr and "apt-get install gdb" in refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1
+    finally:
+        job.send_signal(signal.SIGKILL)
+        job.wait()
+
+
+def test_the_route_reads_the_target_python_from_its_libpython_or_executable() -> None:
+    assert inject.python_version(os.getpid()) == sys.version_info[:2]
+    assert inject.python_version(2**22 + 7) is None  # no such process
