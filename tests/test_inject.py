@@ -3,6 +3,7 @@ without the doctor, for real (gdb on this machine's CPython), and removed again.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -14,10 +15,17 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PY, as_from_a_terminal, doctor
+from conftest import PY, as_from_a_terminal, doctor, wait_for
+from test_tui import text_of
 
+from gpudoctor.app.follow import Follower
 from gpudoctor.jobs import inject
+from gpudoctor.jobs.watched import WatchedJob, find_target
+from gpudoctor.sources.stacks import find_py_spy
 from gpudoctor.store import Store
+from gpudoctor.tui.app import make_live_app
+from gpudoctor.tui.screens import InjectScreen
+from gpudoctor.tui.widgets import JobPanel
 
 pytestmark = [
     pytest.mark.timeout(240),
@@ -253,3 +261,42 @@ def test_inject_without_gdb_says_what_to_install(script: Path, tmp_path: Path) -
 def test_the_route_reads_the_target_python_from_its_libpython_or_executable() -> None:
     assert inject.python_version(os.getpid()) == sys.version_info[:2]
     assert inject.python_version(2**22 + 7) is None  # no such process
+
+
+def test_i_in_the_tui_asks_then_loads_the_probe_and_q_removes_it(
+    script: Path, plain: subprocess.CompletedProcess[str], tmp_path: Path
+) -> None:
+    """The TUI's watch view: `i` says what will happen and waits for `y`; the probe goes
+    in, the job panel counts steps, `p` comes to the footer; `q` leaves, the probe comes
+    out, the job finishes as it would have."""
+    job, _log = start(script, tmp_path)
+    store = Store(tmp_path / "s.db")
+    session = WatchedJob(find_target(job.pid), store, py_spy=find_py_spy())
+    session.start()
+    app = make_live_app(Follower(session), "en")
+
+    async def drive() -> None:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_for(pilot, lambda: app.snapshot is not None)
+            assert "p" not in app.screen.active_bindings and "i" in app.screen.active_bindings
+            await pilot.press("i")
+            await wait_for(pilot, lambda: isinstance(app.screen, InjectScreen))
+            words = " ".join(text_of(app.screen.query_one("#quit-text")).split())
+            assert f"probe into pid {job.pid}" in words and "half a second" in words
+            await pilot.press("y")
+            await wait_for(pilot, lambda: session.inject_outcome == "attached", timeout=40)
+            await wait_for(
+                pilot, lambda: app.snapshot is not None and app.snapshot.mode == "inject"
+            )
+            assert "p" in app.screen.active_bindings and "i" not in app.screen.active_bindings
+            await wait_for(pilot, lambda: "steps" in str(app.query_one(JobPanel).content))
+            await pilot.press("q")
+            await wait_for(pilot, lambda: app.return_value is not None or not app.is_running)
+
+    asyncio.run(drive())
+    session.close()
+    store.close()
+    assert session.timeline.exit is not None and session.timeline.exit.ended_by == "detached"
+    assert session.timeline.total_steps() > 0
+    code, out, err = finish(job, tmp_path)
+    assert (code, out, err) == (0, plain.stdout, plain.stderr)

@@ -21,7 +21,7 @@ import psutil
 
 from gpudoctor import run_folders
 from gpudoctor.i18n import _
-from gpudoctor.jobs.inject import InjectError, inject, settings_for
+from gpudoctor.jobs.inject import InjectError, check_route, inject, settings_for
 from gpudoctor.jobs.source import Recorder, ask_for_profile
 from gpudoctor.model import EndedBy, GpuSample, HostSample, JobExit, StackChunk
 from gpudoctor.sources.host import HostReader
@@ -149,6 +149,10 @@ class WatchedJob(Recorder):
         self.route = inject
         self.probe: ProbeFolder | None = ProbeFolder() if inject else None
         self.can_profile = inject is not None
+        # asked for later (the TUI's i): done by the loop at its next tick; what became
+        # of it, in the person's words, for the TUI to say once ("" until then)
+        self._inject_asked = False
+        self.inject_outcome = ""
 
     @property
     def job_pid(self) -> int | None:
@@ -197,8 +201,37 @@ class WatchedJob(Recorder):
     def _time_is_up(self) -> None:
         self.detach()
 
+    @property
+    def can_inject(self) -> bool:
+        """The probe may still be loaded into the job (a Python process, none in it yet)."""
+        return self.probe is None and self.target.python and not self._inject_asked
+
+    def request_inject(self) -> None:
+        """Load the probe at the loop's next tick (thread-safe); `inject_outcome` says
+        what became of it."""
+        self._inject_asked = True
+
+    def _inject_now(self) -> None:
+        try:
+            route = check_route(self.target.pid)
+            probe = ProbeFolder()
+        except (InjectError, OSError) as exc:
+            self.inject_outcome = str(exc)
+            return
+        try:
+            probe.inject(self.target, route)
+        except AttachError as exc:
+            probe.close()
+            self.inject_outcome = str(exc)
+            return
+        self.route, self.probe, self.can_profile = route, probe, True
+        self._handles_changed = True  # the loop waits on the probe's socket from now
+        self.inject_outcome = "attached"
+
     def _tick(self) -> None:
         assert self.session_id is not None and self.host is not None
+        if self._inject_asked and self.probe is None and not self.inject_outcome:
+            self._inject_now()
         host, gpus = self._read_host_and_gpus()
         if self.sampler is not None:
             self._keep(self.sampler.poll())

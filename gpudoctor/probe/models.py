@@ -123,13 +123,16 @@ class ModelHooks:
             return
         if from_flush_thread and self.busy():
             return
+        # taken whole first: the training thread and the flush thread may both be here
+        # (a step's end and a flush at once), and only one of them must remove each patch
+        provisional, self.provisional = self.provisional, []
         try:
             root_classes = {type(m) for m in list(self.roots.values())}
-            for patch in list(self.provisional):
+            for patch in provisional:
                 if not any(issubclass(c, patch.owner) for c in root_classes):
                     patch.remove()
-                    self.patches.remove(patch)
-            self.provisional = []
+                    if patch in self.patches:
+                        self.patches.remove(patch)
         except Exception as exc:
             self.agent.error("models-discovery", exc, self)
 

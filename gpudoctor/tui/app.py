@@ -27,6 +27,7 @@ from gpudoctor.tui.plots import RANGES, STRIP_RANGE_S, HistoryStrip, PlotsScreen
 from gpudoctor.tui.screens import (
     FindingScreen,
     HelpScreen,
+    InjectScreen,
     OutputScreen,
     ProfileScreen,
     QuitScreen,
@@ -281,7 +282,7 @@ class LiveApp(DoctorApp):
     """A job followed live (launched, watched, or recorded by another doctor and viewed
     here): its loop runs in a thread of its own (app/follow.py) that outlives the app."""
 
-    BINDINGS = [Binding("p", "profile", _("Profile"))]
+    BINDINGS = [Binding("p", "profile", _("Profile")), Binding("i", "inject", _("Inject probe"))]
     PROFILE_STEPS = 20
 
     def __init__(self, follower: Follower, viewing: int | None = None, **kwargs: Any) -> None:
@@ -291,6 +292,7 @@ class LiveApp(DoctorApp):
         self.viewing = viewing  # attached to this session (another doctor records it)
         self.quitting = False
         self.hung_up = False  # the terminal went away: closed, the recording goes on
+        self._inject_said = False
         self._event_loop: asyncio.AbstractEventLoop | None = None
 
     def on_mount(self) -> None:
@@ -367,7 +369,38 @@ class LiveApp(DoctorApp):
         (a watched or viewed job, or one that ended, has no p in the footer)."""
         if action == "profile":
             return self.source.can_profile and self.job_exit is None
+        if action == "inject":  # a job watched from outside, still running
+            return bool(getattr(self.source, "can_inject", False)) and self.job_exit is None
         return True
+
+    def action_inject(self) -> None:
+        if not getattr(self.source, "can_inject", False) or self.job_exit is not None:
+            return
+        self.push_screen(InjectScreen(self.source.job_pid or 0), self._inject_choice)
+
+    def _inject_choice(self, choice: bool | None) -> None:
+        if choice and self.job_exit is None:
+            request = getattr(self.source, "request_inject", None)
+            if request is not None:
+                request()
+                self.refresh_bindings()  # i goes from the footer
+                self.notify(_("loading the probe…"))
+
+    def show(self, snapshot: Snapshot) -> None:
+        super().show(snapshot)
+        self._say_inject_outcome()
+
+    def _say_inject_outcome(self) -> None:
+        """What became of an inject asked for (the loop did it): said once."""
+        outcome = str(getattr(self.source, "inject_outcome", "") or "")
+        if not outcome or self._inject_said:
+            return
+        self._inject_said = True
+        self.refresh_bindings()  # p comes to the footer
+        if outcome == "attached":
+            self.notify(_("the probe is in: steps are counted from the next one"))
+        else:
+            self.notify(outcome, severity="error", timeout=10)
 
     def action_profile(self) -> None:
         if not self.source.can_profile or self.job_exit is not None:
@@ -385,6 +418,10 @@ class LiveApp(DoctorApp):
             )
         if s.mode == "watch":
             return _("watching pid {pid} · {state}").format(pid=s.job_pid, state=state)
+        if s.mode == "inject":
+            return _("watching pid {pid}, the probe in · {state}").format(
+                pid=s.job_pid, state=state
+            )
         # no step count here: a title that changes every tick lays the header out again
         # each second (the job panel has the steps)
         return f"{state} · pid {s.job_pid}"

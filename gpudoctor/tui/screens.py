@@ -397,6 +397,38 @@ class HelpScreen(ModalScreen[None]):
             yield Footer()
 
 
+class InjectScreen(ModalScreen[bool]):
+    """Asked before the probe goes into a job the doctor watches (`i`)."""
+
+    BINDINGS = [
+        Binding("y", "choose(True)", _("Load the probe")),
+        Binding("escape,n", "choose(False)", _("Cancel")),
+    ]
+
+    def __init__(self, pid: int) -> None:
+        super().__init__()
+        self.pid = pid
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="quit-box"):
+            yield Static(
+                _(
+                    "Load gpudoctor's probe into pid {pid}?\n\n"
+                    "gdb stops the job for under half a second to load it. From its next "
+                    "step the doctor counts every step and times its phases, syncs and "
+                    "copies, as gpudoctor run does, and p captures a profile. Leaving (q) "
+                    "removes the probe; the job goes on.\n\n"
+                    "  y  load it\n"
+                    "  esc  cancel"
+                ).format(pid=self.pid),
+                id="quit-text",
+            )
+            yield Footer()
+
+    def action_choose(self, choice: bool) -> None:
+        self.dismiss(choice)
+
+
 class QuitScreen(ModalScreen[str]):
     """Asked when the job is still running: stop it, or leave it running."""
 

@@ -315,7 +315,7 @@ class OutputPanel(Panel):
         lines = max(1, self.size.height or 4)  # the content area: inside the border
         tail = s.output_tail[-lines:]
         if not tail:
-            if s.mode == "watch":
+            if s.mode in ("watch", "inject"):
                 return Text(_("(a watched job writes to its own terminal)"), "dim")
             words = _("(no output yet)") if s.output_path else _("(output not recorded)")
             return Text(words, "dim")
