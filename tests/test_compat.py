@@ -16,9 +16,12 @@ A script's header may say:
 from __future__ import annotations
 
 import json
+import random
 import re
 import shlex
 import subprocess
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -75,6 +78,18 @@ def normalized(text: str) -> str:
     return text
 
 
+def torch_loaded(pid: int, timeout: float = 60.0) -> None:
+    """Wait until the process has torch's library mapped (or has ended)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if "libtorch" in Path(f"/proc/{pid}/maps").read_text():
+                return
+        except OSError:
+            return  # ended already
+        time.sleep(0.05)
+
+
 def exit_code(returncode: int) -> int:
     """A signal as Popen reports it (-N) and as the doctor passes it on (128+N), alike."""
     return -(returncode - 128) if returncode > 128 else returncode
@@ -96,9 +111,10 @@ TENSOR_HOOK_SCRIPTS = [
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)
 def test_the_job_is_the_same_under_the_doctor(script: Path, tmp_path: Path) -> None:
-    """One plain run, compared with the doctored run, and for the scripts in
-    TENSOR_HOOK_SCRIPTS with a doctored run through the tensor hooks as well (the three at
-    once: each job's results depend on nothing but itself)."""
+    """One plain run, compared with the doctored run, for the scripts in
+    TENSOR_HOOK_SCRIPTS with a doctored run through the tensor hooks as well, and with a
+    plain run that a doctor injects the probe into and leaves, each at a moment of its
+    own (all at once: each job's results depend on nothing but itself)."""
     variants: dict[str, dict[str, str]] = {"doctor": {}}
     if script in TENSOR_HOOK_SCRIPTS:
         variants["doctor-tensor-hooks"] = {"GPUDOCTOR_PROBE_TENSOR_HOOKS": "cpu"}
@@ -120,15 +136,46 @@ def test_the_job_is_the_same_under_the_doctor(script: Path, tmp_path: Path) -> N
             cwd=COMPAT, stdout=subprocess.DEVNULL, stderr=said[name],
             env={**env_without_probe(), **doctor_env},
         )  # fmt: skip
+    # started plainly, and a doctor injects the probe at a moment mid-run and leaves at
+    # another (`watch --inject`, issue 43): the job must not notice either
+    injected_dir = tmp_path / "injected"
+    injected_dir.mkdir()
+    injected = subprocess.Popen(
+        own_streams(injected_dir, spec.command), cwd=COMPAT, env=env_without_probe()
+    )
+    moment = random.Random(script.stem)
+    torch_loaded(injected.pid)  # from there on: a moment of the script's own
+    time.sleep(moment.uniform(0.0, 1.5))
+    injecting = subprocess.Popen(
+        [PY, "-m", "gpudoctor", "watch", "--pid", str(injected.pid), "--inject", "--headless",
+         "--max-seconds", f"{moment.uniform(0.5, 3.0):.1f}",
+         *(["--all-ranks"] if spec.command[0] != PY else [])],
+        cwd=COMPAT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env=env_without_probe(),
+    )  # fmt: skip
+    ended: dict[str, float] = {}
+    watcher = threading.Thread(
+        target=lambda: ended.setdefault("job", (injected.wait(), time.monotonic())[1])
+    )
+    watcher.start()
     try:
         plain.wait(timeout=280)
         for proc in doctored.values():
             proc.wait(timeout=280)
+        _, injector_said = injecting.communicate(timeout=280)
+        ended["injector"] = time.monotonic()
+        watcher.join(timeout=280)
     finally:
-        for proc in (plain, *doctored.values()):
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        started: list[subprocess.Popen[bytes] | subprocess.Popen[str]] = [
+            plain,
+            *doctored.values(),
+            injected,
+            injecting,
+        ]
+        for one in started:
+            if one.poll() is None:
+                one.kill()
+                one.wait()
         for file in said.values():
             file.close()
     printed = (plain_dir / "stdout").read_text()
@@ -147,6 +194,14 @@ def test_the_job_is_the_same_under_the_doctor(script: Path, tmp_path: Path) -> N
         assert report["probe"]["errors"] == [], name
         counted = sorted(report["probe"]["steps_by_process"].values(), reverse=True)
         assert counted == spec.steps, (name, report["probe"])
+    # injected and left: the same exit code, output and stderr as the plain run
+    i_err = normalized((injected_dir / "stderr").read_text())
+    assert "Traceback" not in injector_said, injector_said
+    # the probe went in, unless the job ended before the doctor was done trying
+    assert injecting.returncode == 0 or ended["job"] < ended["injector"], injector_said
+    assert exit_code(injected.returncode) == spec.exit, ("injected", i_err[-3000:])
+    assert (injected_dir / "stdout").read_text() == printed, ("injected", injector_said)
+    assert i_err == err, ("injected", injector_said)
 
 
 def test_the_suite_covers_at_least_thirty_scripts_each_with_its_expectations() -> None:

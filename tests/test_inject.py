@@ -300,3 +300,58 @@ def test_i_in_the_tui_asks_then_loads_the_probe_and_q_removes_it(
     assert session.timeline.total_steps() > 0
     code, out, err = finish(job, tmp_path)
     assert (code, out, err) == (0, plain.stdout, plain.stderr)
+
+
+DDP_JOB = """
+    import os, sys, time, torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank = int(os.environ["RANK"])
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Linear(10, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+    g = torch.Generator().manual_seed(rank)
+    for step in range(int(sys.argv[1])):
+        loss = model(torch.randn(8, 10, generator=g)).square().mean()
+        opt.zero_grad(); loss.backward(); opt.step()
+        time.sleep(0.01)
+        if rank == 0 and step == 20:
+            print("training", flush=True)
+    if rank == 0:
+        print("loss", f"{loss.item():.6f}", flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+"""
+
+
+def test_all_ranks_injects_into_every_rank_of_a_torchrun_job(tmp_path: Path) -> None:
+    script = tmp_path / "ddp.py"
+    script.write_text(textwrap.dedent(DDP_JOB))
+    torchrun = [str(Path(PY).with_name("torchrun")), "--standalone", "--nproc_per_node", "2"]
+    command = [*torchrun, str(script), "500"]
+    plain = subprocess.run(command, capture_output=True, text=True, timeout=200, cwd=tmp_path)
+    assert plain.returncode == 0, plain.stderr
+    out = (tmp_path / "out.txt").open("w")
+    job = subprocess.Popen(
+        command, stdout=out, stderr=subprocess.DEVNULL, cwd=tmp_path, preexec_fn=as_from_a_terminal
+    )
+    deadline = time.monotonic() + 60
+    while "training" not in (tmp_path / "out.txt").read_text():
+        assert time.monotonic() < deadline and job.poll() is None
+        time.sleep(0.1)
+    # the launcher alone: it trains nothing, and the doctor says what to give instead
+    alone = doctor("watch", "--pid", str(job.pid), "--inject", "--headless", timeout=60)
+    assert alone.returncode == 2 and "--all-ranks" in alone.stderr, alone.stderr
+    report = tmp_path / "r.json"
+    watched = doctor(
+        "watch", "--pid", str(job.pid), "--inject", "--all-ranks", "--headless",
+        "--max-seconds", "2", "--report", str(report), timeout=120,
+    )  # fmt: skip
+    assert watched.returncode == 0, watched.stderr
+    assert job.wait(timeout=200) == 0
+    assert (tmp_path / "out.txt").read_text() == plain.stdout
+    counted = json.loads(report.read_text())["probe"]["steps_by_process"]
+    assert len(counted) == 2 and all(n > 10 for n in counted.values()), counted
+    assert str(job.pid) not in counted  # the ranks, not the launcher

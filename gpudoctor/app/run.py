@@ -155,6 +155,7 @@ def watch(
     nvml: NvmlReader | None = None,
     py_spy: str | None = None,
     inject: str | None = None,
+    all_ranks: bool = False,
 ) -> WatchedJob:
     """The process watched from outside (checked by `check_watch` first), with the probe
     injected by the route `inject` names."""
@@ -164,7 +165,7 @@ def watch(
         raise NotPossible(str(exc)) from None
     job = WatchedJob(
         target, store, interval_s=interval_s, max_seconds=max_seconds, nvml=nvml,
-        py_spy=py_spy, inject=inject,
+        py_spy=py_spy, inject=inject, all_ranks=all_ranks,
     )  # fmt: skip
     try:
         job.start()

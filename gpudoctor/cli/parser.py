@@ -176,6 +176,11 @@ def build_parser() -> argparse.ArgumentParser:
         "second): exact steps, the step's phases, syncs and copies, a profiler capture on p; "
         "removed again when the doctor leaves"),
     )  # fmt: skip
+    watch.add_argument(
+        "--all-ranks", action="store_true",
+        help=_("with --inject, on a torchrun job's launcher or one of its ranks: into every "
+        "local rank"),
+    )  # fmt: skip
     watch.add_argument("--headless", action="store_true", help=_("no TUI: a status line on stderr"))
     watch.add_argument(
         "--report", type=Path, metavar="PATH", help=_("write the report (.json or .md)")

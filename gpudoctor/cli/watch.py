@@ -37,6 +37,8 @@ if TYPE_CHECKING:  # --metrics loads prometheus_client only when asked
 
 
 def command(args: argparse.Namespace) -> int:
+    if args.all_ranks and not args.inject:
+        raise UsageError(_("gpudoctor watch: --all-ranks goes with --inject"))
     path = report_path(args, "watch", html=True)
     lang = lang_of(args)
     headless = args.headless or not on_terminal()
@@ -51,8 +53,9 @@ def command(args: argparse.Namespace) -> int:
         print(_("gpudoctor: no terminal for the TUI: watching headless."), file=sys.stderr)
     try:
         job = running.watch(
-            target.pid, store, args.interval, args.max_seconds, nvml, target.py_spy, target.route
-        )
+            target.pid, store, args.interval, args.max_seconds, nvml, target.py_spy,
+            target.route, args.all_ranks,
+        )  # fmt: skip
     except errors.NotPossible as exc:
         store.close()
         raise UsageError(f"gpudoctor watch: {exc}") from None

@@ -46,6 +46,13 @@ SAFE_POINT_WAIT_S = 20.0
 # sys.remote_exec returns at once: the target runs the script at its next safe point.
 RESULT_WAIT_S = 20.0
 CAP_SYS_PTRACE = 19
+# Signals the job may get while gdb holds it (a child ending, a timer, a user's SIGUSR1):
+# handed to it as they come, never a stop. One that stopped the boot script's call would
+# have gdb unwind the call midway, leaving the interpreter as the script left it.
+PASSED_SIGNALS = (
+    "SIGCHLD", "SIGALRM", "SIGUSR1", "SIGUSR2", "SIGPIPE", "SIGWINCH", "SIGTERM", "SIGHUP",
+    "SIGPROF", "SIGVTALRM", "SIGIO", "SIGURG", "SIGCONT", "SIGTTIN", "SIGTTOU", "SIGQUIT",
+)  # fmt: skip
 _VERSION = re.compile(r"(?:lib)?python(\d)\.(\d+)")
 
 BOOT = """\
@@ -81,17 +88,19 @@ except BaseException:
     pass
 """
 
-# In the job's main thread: the script run in a namespace of its own, whatever it raises
-# kept from the job's stderr.
+# In the job's main thread: the script run in a namespace of its own (the file too is
+# opened and closed there: nothing is bound in `__main__`, no file left for the GC to
+# warn about under -W error), whatever it raises kept from the job's stderr.
 RUN_BOOT = (
-    "try:\\n exec(compile(open('{path}').read(), '{path}', 'exec'), "
-    "{{'__name__': '_gpudoctor_inject'}})\\nexcept BaseException:\\n pass\\n"
+    r"""try:\n exec(\"with open('{path}') as f: exec(compile(f.read(), '{path}', 'exec'), """
+    r"""{{'__name__': '_gpudoctor_inject'}})\", {{}})\nexcept BaseException:\n pass\n"""
 )
 
 GDB_SCRIPT = """\
 set pagination off
 set confirm off
 set unwindonsignal on
+handle {signals} nostop noprint pass
 sharedlibrary libc
 sharedlibrary libpython
 call (int)Py_AddPendingCall((void*)&PyCallable_Check, (void*)0)
@@ -241,7 +250,9 @@ def _gdb(pid: int, boot: str) -> None:
     if not re.fullmatch(r"[\w./+-]+", boot):  # it goes into a C string inside gdb's script
         raise InjectError(_("the doctor's folder has an unusual path: {path}").format(path=boot))
     register = "$x0" if platform.machine() in ("aarch64", "arm64") else "$rdi"
-    script = GDB_SCRIPT.format(first_argument=register, run=RUN_BOOT.format(path=boot))
+    script = GDB_SCRIPT.format(
+        first_argument=register, run=RUN_BOOT.format(path=boot), signals=" ".join(PASSED_SIGNALS)
+    )
     commands = os.path.join(os.path.dirname(boot), "inject.gdb")
     Path(commands).write_text(script)
     # no debug information read at all, no library's symbols but the two named

@@ -27,6 +27,7 @@ from gpudoctor.model import EndedBy, GpuSample, HostSample, JobExit, StackChunk
 from gpudoctor.sources.host import HostReader
 from gpudoctor.sources.nvml import NvmlReader
 from gpudoctor.sources.probe_server import ProbeServer
+from gpudoctor.sources.rendezvous import launcher_at
 from gpudoctor.sources.stacks import AttachError, StackSampler
 from gpudoctor.store import Store, encode
 
@@ -35,6 +36,8 @@ from gpudoctor.store import Store, encode
 WORKER_NAME = "pt_data_worker"
 # How long a doctor leaving waits for an injected probe's last message.
 LEAVE_WAIT_S = 2.0
+# A job still importing torch when the probe comes: tried again, once a second, this long.
+TORCH_WAIT_S = 15.0
 _PYTHON_EXE = re.compile(r"^(python|pypy)[\d.]*[dmu]*$")
 
 
@@ -138,6 +141,7 @@ class WatchedJob(Recorder):
         nvml: NvmlReader | None = None,
         py_spy: str | None = None,
         inject: str | None = None,
+        all_ranks: bool = False,
     ) -> None:
         super().__init__(target.command, store, interval_s, max_seconds, nvml)
         self.target = target
@@ -147,6 +151,7 @@ class WatchedJob(Recorder):
         # --inject: the probe loaded into the job by this route (jobs/inject.py), its
         # messages and pages read from a folder of the doctor's as a launch's are
         self.route = inject
+        self.all_ranks = all_ranks
         self.probe: ProbeFolder | None = ProbeFolder() if inject else None
         self.can_profile = inject is not None
         # asked for later (the TUI's i): done by the loop at its next tick; what became
@@ -164,7 +169,7 @@ class WatchedJob(Recorder):
     def start(self) -> None:
         pid = self.target.pid
         if self.probe is not None and self.route is not None:
-            self.probe.inject(self.target, self.route)
+            self.probe.inject(self.target, self.route, self.all_ranks)
         self.host = HostReader(pid)
         self.host.step_pids = {pid}  # its children are its workers
         cwd = self.target.cwd or os.getcwd()
@@ -202,6 +207,14 @@ class WatchedJob(Recorder):
         self.detach()
 
     @property
+    def torchrun_ranks(self) -> list[int]:
+        """The local ranks of the torchrun job the target belongs to ([] for none)."""
+        try:
+            return injection_pids(self.target.pid, all_ranks=True)
+        except AttachError:
+            return []
+
+    @property
     def can_inject(self) -> bool:
         """The probe may still be loaded into the job (a Python process, none in it yet)."""
         return self.probe is None and self.target.python and not self._inject_asked
@@ -218,8 +231,8 @@ class WatchedJob(Recorder):
         except (InjectError, OSError) as exc:
             self.inject_outcome = str(exc)
             return
-        try:
-            probe.inject(self.target, route)
+        try:  # the TUI's i: a torchrun job's every rank, as --all-ranks would
+            probe.inject(self.target, route, all_ranks=bool(self.torchrun_ranks))
         except AttachError as exc:
             probe.close()
             self.inject_outcome = str(exc)
@@ -296,23 +309,35 @@ class ProbeFolder:
         self.folder = run_folders.make("run")
         self.server = ProbeServer(os.path.join(self.folder, "probe.sock"))
         self.control = os.path.join(self.folder, "control")
-        self.said = ""
+        self.pids: list[int] = []  # the processes the probe went into
 
-    def inject(self, target: Target, route: str) -> None:
-        """The probe into the job; AttachError, in one line, when it is not there."""
+    def inject(self, target: Target, route: str, all_ranks: bool = False) -> None:
+        """The probe into the job (into each of its local ranks with `all_ranks`: a
+        torchrun job's); AttachError, in one line, when it is not there."""
         owner = _owner(target.pid)
         if os.geteuid() == 0 and owner not in (None, 0):
             # root injecting into a user's job: the job must reach the folder, the socket
             for path in (self.folder, self.server.path):
                 os.chown(path, owner, -1)
         settings = settings_for(self.folder, self.server.path, self.control)
-        try:
-            said = inject(target.pid, self.folder, settings, route)
-        except InjectError as exc:
-            raise AttachError(str(exc)) from None
-        self.said = said
-        if said != "attached":
-            raise AttachError(_refusal(target.pid, said))
+        pids = injection_pids(target.pid, all_ranks, wait_s=TORCH_WAIT_S if all_ranks else 0.0)
+        for pid in pids:
+            said = self._inject_one(pid, settings, route)
+            if said != "attached":
+                raise AttachError(_refusal(pid, said))
+        self.pids = pids
+
+    def _inject_one(self, pid: int, settings: dict[str, object], route: str) -> str:
+        """What the probe said in `pid`; a job still loading torch is tried again."""
+        deadline = time.monotonic() + TORCH_WAIT_S
+        while True:
+            try:
+                said = inject(pid, self.folder, settings, route)
+            except InjectError as exc:
+                raise AttachError(str(exc)) from None
+            if said != "no-torch" or time.monotonic() >= deadline or not _loading_torch(pid):
+                return said
+            time.sleep(1.0)
 
     def ask_to_leave(self, drain: Callable[[], None], wait_s: float = LEAVE_WAIT_S) -> None:
         """Ask the probe to remove itself, and wait (a little) for its last message."""
@@ -328,6 +353,81 @@ class ProbeFolder:
     def close(self) -> None:
         self.server.close()
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def injection_pids(pid: int, all_ranks: bool, wait_s: float = 0.0) -> list[int]:
+    """Where the probe goes for `watch --pid PID --inject [--all-ranks]`: the process, or
+    every local rank of the torchrun job it is the launcher or a rank of (a launcher
+    that has not started its ranks yet is waited for, up to `wait_s`)."""
+    launcher = None
+    if _is_launcher(pid):
+        launcher = pid
+    else:
+        with contextlib.suppress(psutil.Error):
+            parent = psutil.Process(pid).ppid()
+            launcher = parent if _is_launcher(parent) else None
+    deadline = time.monotonic() + wait_s
+    while launcher is not None and not ranks_of(launcher) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if launcher is None:
+        if all_ranks:
+            raise AttachError(
+                _(
+                    "pid {pid} is not part of a torchrun job: --all-ranks needs its launcher "
+                    "or one of its ranks"
+                ).format(pid=pid)
+            )
+        return [pid]
+    ranks = ranks_of(launcher)
+    if all_ranks and ranks:
+        return ranks
+    if all_ranks:
+        raise AttachError(
+            _("torchrun (pid {pid}) has not started its ranks yet: try again in a moment").format(
+                pid=launcher
+            )
+        )
+    if pid == launcher:
+        raise AttachError(
+            _(
+                "pid {pid} is torchrun's launcher, which trains nothing: --all-ranks injects "
+                "into its {n} ranks, or give one rank's pid"
+            ).format(pid=pid, n=len(ranks))
+        )
+    return [pid]
+
+
+def _is_launcher(pid: int) -> bool:
+    try:
+        return launcher_at(psutil.Process(pid).cmdline()) is not None
+    except psutil.Error:
+        return False
+
+
+def ranks_of(pid: int) -> list[int]:
+    """The local ranks of the torchrun job `pid` is the launcher of (its children running
+    Python), in pid order; [] when `pid` is no launcher or has none yet."""
+    if not _is_launcher(pid):
+        return []
+    try:
+        children = psutil.Process(pid).children()
+    except psutil.Error:
+        return []
+    ranks = []
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            if _PYTHON_EXE.match(os.path.basename(child.exe())):
+                ranks.append(child.pid)
+    return sorted(ranks)
+
+
+def _loading_torch(pid: int) -> bool:
+    """torch's library is mapped: the job is importing it (or has, and not its optim yet)."""
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            return "libtorch" in f.read()
+    except OSError:
+        return False
 
 
 def _owner(pid: int) -> int | None:

@@ -19,7 +19,6 @@ then cost nothing at all.
 from __future__ import annotations
 
 import inspect
-import os
 import sys
 import time
 import weakref
@@ -27,7 +26,8 @@ from typing import Any
 
 from .agent import Agent
 from .clock import END_BACKWARD
-from .invisible import FILENAME, ClassPatch, RootCall, drop_own_frame, tracing_checks, unseen
+from .invisible import ClassPatch, RootCall, drop_own_frame, tracing_checks, unseen
+from .running import running_objects
 
 # The probe's key in torch's global registration tables (handles count up from 0).
 KEY = -0x6770_6471
@@ -143,7 +143,7 @@ class ModelHooks:
         learnt as if they had just been registered (the first calls at depth 0 tell the
         roots, as at a launch)."""
         try:
-            found = running_modules(self.torch.nn.Module, sys._getframe(1))
+            found = outermost(running_objects(self.torch.nn.Module, sys._getframe(1)))
             for module in found:
                 for sub in module.modules():
                     self._on_registration(sub, "", None)
@@ -326,44 +326,7 @@ class ModelHooks:
         self.provisional.clear()
 
 
-MAX_RUNNING_MODULES = 16
-
-
-def running_modules(module_type: type, frame: Any) -> list[Any]:
-    """The modules (not nested in another found) that `frame` and its callers hold in
-    their locals or in one level of their locals' attributes, and `__main__` in its
-    globals; the probe's own frames are passed over. Any lookup that fails is skipped:
-    a user's object may answer `vars()` in any way."""
-    found: dict[int, Any] = {}
-
-    def consider(value: Any, depth: int) -> None:
-        if len(found) >= MAX_RUNNING_MODULES:
-            return
-        if isinstance(value, module_type):
-            found.setdefault(id(value), value)
-        elif depth and not isinstance(value, (type, type(sys))):
-            try:
-                attributes = list(vars(value).values())[:64]
-            except Exception:  # noqa: BLE001 - no __dict__, or one that raises
-                return
-            for attribute in attributes:
-                if isinstance(attribute, module_type):
-                    found.setdefault(id(attribute), attribute)
-
-    own = os.path.dirname(os.path.abspath(__file__))
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        if filename != FILENAME and not filename.startswith(own):
-            try:
-                values = list(frame.f_locals.values())
-            except Exception:  # noqa: BLE001
-                values = []
-            for value in values:
-                consider(value, 1)
-        frame = frame.f_back
-    main = sys.modules.get("__main__")
-    for value in list(getattr(main, "__dict__", {}).values()):
-        consider(value, 0)
-    modules = list(found.values())
+def outermost(modules: list[Any]) -> list[Any]:
+    """The modules not nested in another of them."""
     nested = {id(sub) for m in modules for sub in list(m.modules())[1:]}
     return [m for m in modules if id(m) not in nested]

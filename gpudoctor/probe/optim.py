@@ -15,6 +15,7 @@ closer steps, and nothing else (see clock.py, sampling).
 from __future__ import annotations
 
 import functools
+import sys
 import time
 import weakref
 from typing import Any
@@ -22,6 +23,7 @@ from typing import Any
 from .agent import Agent
 from .invisible import drop_own_frame, unseen
 from .page import STEPS
+from .running import running_objects
 
 now = time.monotonic_ns
 
@@ -46,17 +48,11 @@ class OptimizerHooks:
         self.clock.sampling = True  # the per-step hooks can be taken out (see clock.py)
         self.owner = opt.Optimizer
         self.original = opt.Optimizer.__dict__["profile_hook_step"]
-        self.handles: list[Any] = []
-        self.started: tuple[int, bool, int] | None = None  # a step under way (injected)
-        if agent.injected:
-            # a running process: its optimizers' steps are wrapped already, and an LR
-            # scheduler has bound each one's to its instance; torch's global step hooks
-            # see them all (injected.py)
-            self.handles = [
-                opt.register_optimizer_step_pre_hook(self._pre),
-                opt.register_optimizer_step_post_hook(self._post),
-            ]
-            return
+        # an injected probe (injected.py): the classes torch wrapped already, each with
+        # its step before the probe came, and the cells of LR schedulers' per-instance
+        # wrappers that held those steps
+        self.adopted: list[tuple[type, Any, Any]] = []
+        self.cells: list[tuple[Any, Any]] = []
         hook = self.original.__func__
 
         @functools.wraps(hook)
@@ -69,6 +65,8 @@ class OptimizerHooks:
                 return hooked
 
         opt.Optimizer.profile_hook_step = staticmethod(profile_hook_step)
+        if agent.injected:
+            self.adopt_running(opt.Optimizer)
 
     def wrap(self, hooked: Any) -> Any:
         """An optimizer class's step, timed in detail, or only counted (`counted`)."""
@@ -131,34 +129,41 @@ class OptimizerHooks:
         else:
             self.cycle_changed(optimizer)
 
-    # -- torch's global step hooks (an injected probe) ---------------------------------------
-
-    def _pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        self.started = None
-        try:
-            compiler = self.torch.compiler
-            if compiler.is_compiling() or not self.agent.active or not self.enabled:
-                return
-            detail = self.agent.detail
-            t0 = now() if detail else 0
-            if detail:
-                self.clock.optimizer_start()
-            self.started = (id(optimizer), detail, t0)
-        except Exception as exc:
-            self.agent.error("optimizer", exc, self)
-
-    def _post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        started, self.started = self.started, None
-        if started is None or started[0] != id(optimizer) or not self.enabled:
-            return
-        try:
-            if started[1]:
-                self.detailed(optimizer, started[2])
-            else:
-                self.counted(optimizer)
-        except Exception as exc:
-            self.clock.nested_at_opt_start = -1
-            self.agent.error("optimizer", exc, self)
+    def adopt_running(self, base: type) -> None:
+        """In a process joined late, the optimizer classes torch has wrapped already
+        (their first instance was made) get the probe's wrapper over theirs; an LR
+        scheduler made before the probe holds the class's step in a wrapper of its own
+        on the instance (torch's lr_scheduler `patch_track_step_called`): the cell that
+        holds it holds the probe's wrapper instead. Nothing goes in torch's hook tables
+        (their handles' ids would move)."""
+        wrapped: dict[int, Any] = {}
+        classes, seen = [base], {base}
+        while classes:
+            cls = classes.pop()
+            subclasses: list[type] = cls.__subclasses__()
+            for sub in subclasses:
+                if sub not in seen:
+                    seen.add(sub)
+                    classes.append(sub)
+            step = cls.__dict__.get("step")
+            if step is None or not getattr(step, "hooked", False) or id(step) in wrapped:
+                continue
+            ours = self.wrap(step)
+            setattr(cls, "step", ours)  # noqa: B010 - the class's own attribute
+            self.adopted.append((cls, step, ours))
+            wrapped[id(step)] = ours
+        for optimizer in running_objects(base, sys._getframe(1)):
+            bound = vars(optimizer).get("step")
+            if not getattr(bound, "_wrapped_by_lr_sched", False):
+                continue
+            for cell in getattr(bound, "__closure__", None) or ():
+                try:
+                    held = cell.cell_contents
+                except ValueError:  # an empty cell
+                    continue
+                if id(held) in wrapped:
+                    cell.cell_contents = wrapped[id(held)]
+                    self.cells.append((cell, held))
 
     def cycle_changed(self, optimizer: Any) -> None:
         """On a counted step, another optimizer than the closer stepped. When it steps a
@@ -229,8 +234,11 @@ class OptimizerHooks:
         self.enabled = False
         self.closer_ref = None
         self.clock.nested_at_opt_start = -1
-        for handle in self.handles:
-            handle.remove()
-        self.handles.clear()
-        if not self.agent.injected:
-            self.owner.profile_hook_step = self.original
+        self.owner.profile_hook_step = self.original
+        for cls, step, ours in self.adopted:
+            if cls.__dict__.get("step") is ours:
+                setattr(cls, "step", step)  # noqa: B010
+        for cell, held in self.cells:
+            cell.cell_contents = held
+        self.adopted.clear()
+        self.cells.clear()

@@ -41,7 +41,7 @@ class Rendezvous:
 def of_command(argv: list[str]) -> Rendezvous | None:
     """The job's rendezvous store when `argv` starts a torchrun job of more than one node
     (None for one node, --standalone, a launcher it does not know, or bad options)."""
-    at = _launcher_at(argv)
+    at = launcher_at(argv)
     if at is None:
         return None
     opts = _options(argv[at + 1 :])
@@ -67,7 +67,8 @@ def of_command(argv: list[str]) -> Rendezvous | None:
     return None  # etcd and others: not spoken to
 
 
-def _launcher_at(argv: list[str]) -> int | None:
+def launcher_at(argv: list[str]) -> int | None:
+    """Where torchrun (or `python -m torch.distributed.run`) is in `argv`, or None."""
     for i, word in enumerate(argv[:4]):
         name = os.path.basename(word)
         if name == "torchrun":

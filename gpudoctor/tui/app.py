@@ -376,7 +376,8 @@ class LiveApp(DoctorApp):
     def action_inject(self) -> None:
         if not getattr(self.source, "can_inject", False) or self.job_exit is not None:
             return
-        self.push_screen(InjectScreen(self.source.job_pid or 0), self._inject_choice)
+        ranks = len(getattr(self.source, "torchrun_ranks", ()))
+        self.push_screen(InjectScreen(self.source.job_pid or 0, ranks), self._inject_choice)
 
     def _inject_choice(self, choice: bool | None) -> None:
         if choice and self.job_exit is None:

@@ -405,12 +405,19 @@ class InjectScreen(ModalScreen[bool]):
         Binding("escape,n", "choose(False)", _("Cancel")),
     ]
 
-    def __init__(self, pid: int) -> None:
+    def __init__(self, pid: int, ranks: int = 0) -> None:
         super().__init__()
         self.pid = pid
+        self.ranks = ranks  # a torchrun job's local ranks: the probe goes into each
 
     def compose(self) -> ComposeResult:
         with Vertical(id="quit-box"):
+            if self.ranks:
+                yield Static(
+                    _("A torchrun job: the probe goes into each of its {n} local ranks.").format(
+                        n=self.ranks
+                    )
+                )
             yield Static(
                 _(
                     "Load gpudoctor's probe into pid {pid}?\n\n"
