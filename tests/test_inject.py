@@ -15,8 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import PY, as_from_a_terminal, doctor, wait_for
+from conftest import PY, as_from_a_terminal, doctor, env_without_probe, wait_for
 from test_tui import text_of
+from test_watch import _as_user, _doctor_as, _shared_dir, _skip_unless_readable_by, one_line_error
 
 from gpudoctor.app.follow import Follower
 from gpudoctor.jobs import inject
@@ -355,3 +356,41 @@ def test_all_ranks_injects_into_every_rank_of_a_torchrun_job(tmp_path: Path) -> 
     counted = json.loads(report.read_text())["probe"]["steps_by_process"]
     assert len(counted) == 2 and all(n > 10 for n in counted.values()), counted
     assert str(job.pid) not in counted  # the ranks, not the launcher
+
+
+def test_root_injects_into_another_users_job_and_a_user_may_not(
+    script: Path, plain: subprocess.CompletedProcess[str]
+) -> None:
+    """Root may inject into a user's job (the doctor's folder and socket are made the
+    job's to write); a user may not inject into root's, and is told who it belongs to."""
+    assert os.geteuid() == 0, "this test switches users: run the suite as root (CI does)"
+    _skip_unless_readable_by("nobody")
+    shared = _shared_dir()
+    try:
+        theirs = shared / "decoded.py"
+        theirs.write_text(script.read_text())
+        theirs.chmod(0o644)
+        out = (shared / "out.txt").open("w")
+        job = subprocess.Popen(
+            [*_as_user("nobody"), PY, str(theirs), STEPS, str(shared / "steps.log")],
+            stdout=out, stderr=subprocess.STDOUT, cwd=shared, env=env_without_probe(),
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while "step 50" not in (shared / "out.txt").read_text():
+            assert time.monotonic() < deadline and job.poll() is None
+            time.sleep(0.1)
+        refused = one_line_error(
+            _doctor_as("nobody", "watch", "--pid", str(os.getpid()), "--inject", "--headless")
+        )
+        assert "belongs to user root" in refused, refused
+        report = shared / "r.json"
+        watched = doctor(
+            "watch", "--pid", str(job.pid), "--inject", "--headless", "--max-seconds", "2",
+            "--report", str(report),
+        )  # fmt: skip
+        assert watched.returncode == 0, watched.stderr
+        assert json.loads(report.read_text())["steps"]["count"] > 10
+        assert job.wait(timeout=200) == 0
+        assert (shared / "out.txt").read_text() == plain.stdout + plain.stderr
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
