@@ -7,7 +7,8 @@ data) records the gap between each two of its steps and its own RSS. The doctor 
 between cycles. Side by side in the one job: the largest gap in each attach's window
 (the debugger's stop, the boot script, the probe's set-up) against the largest gap in
 the pauses between attaches (the job alone on this machine, the baseline), and the RSS
-after each cycle against the RSS before the first.
+after the first and the last cycle, and after as long again alone (the job keeps its
+step times in an array made at its start: it grows by nothing of its own).
 
     .venv/bin/python bench/inject_pause.py --cycles 20
 """
@@ -26,22 +27,25 @@ import time
 from pathlib import Path
 
 JOB = """
-    import json, os, sys, time, torch
+    import array, json, os, sys, time, torch
     torch.set_num_threads(1)
     model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     out, stop = sys.argv[1], sys.argv[2]
-    ends, rss = [], []
+    ends, n, rss = array.array("q", bytes(8 * 2_000_000)), 0, []  # no growth of its own
     while not os.path.exists(stop):
         x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
         time.sleep(0.002)
         loss = torch.nn.functional.cross_entropy(model(x), y)
         opt.zero_grad(); loss.backward(); opt.step()
-        ends.append(time.monotonic_ns())
-        if len(ends) % 200 == 0:
+        ends[n] = time.monotonic_ns()
+        n += 1
+        if n == 600:
+            open(stop + ".ready", "w").close()
+        if n % 200 == 0:
             with open(f"/proc/{os.getpid()}/statm") as f:
                 rss.append((time.monotonic_ns(), int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")))
-    json.dump({"ends": ends, "rss": rss}, open(out, "w"))
+    json.dump({"ends": ends[:n].tolist(), "rss": rss}, open(out, "w"))
 """
 
 
@@ -50,12 +54,14 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=20)
     parser.add_argument("--seconds", type=float, default=1.0, help="each attach's length")
     parser.add_argument("--pause", type=float, default=1.0, help="between attaches")
+    parser.add_argument("--alone", type=float, default=30.0, help="after the last attach")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp())
     script, out, stop = folder / "job.py", folder / "out.json", folder / "stop"
     script.write_text(textwrap.dedent(JOB))
     job = subprocess.Popen([sys.executable, str(script), str(out), str(stop)])
-    time.sleep(3.0)
+    while not Path(str(stop) + ".ready").exists():  # training, its RSS sampled already
+        time.sleep(0.1)
     windows = []
     env = {**os.environ, "GPUDOCTOR_STORE": str(folder / "sessions.db")}
     for _ in range(args.cycles):
@@ -69,6 +75,7 @@ def main() -> None:
         if done.returncode != 0:
             sys.exit(f"the attach failed: {done.stderr.strip()}")
         time.sleep(args.pause)
+    time.sleep(args.alone)  # the job alone again: its own RSS over the same kind of time
     stop.touch()
     job.wait()
     data = json.loads(out.read_text())
@@ -84,6 +91,7 @@ def main() -> None:
     before = next(r for t, r in reversed(rss) if t < windows[0][0])
     first = next(r for t, r in rss if t > windows[0][1])
     last = next(r for t, r in rss if t > windows[-1][1])
+    end = rss[-1][1]
     print(f"job pid {job.pid}: {len(ends)} steps, {args.cycles} attaches of {args.seconds} s")
     print(
         f"  largest gap between two steps while attaching: median {statistics.median(attached):.0f} ms, "
@@ -96,7 +104,8 @@ def main() -> None:
     print(
         f"  RSS before the first attach {before / 2**20:.1f} MiB, after the first "
         f"{first / 2**20:.1f} MiB, after the last {last / 2**20:.1f} MiB "
-        f"({(last - first) / 2**10 / max(1, args.cycles - 1):.0f} KiB a further attach)"
+        f"({(last - first) / 2**10 / max(1, args.cycles - 1):.0f} KiB a further attach); "
+        f"{args.alone:.0f} s alone after it: {end / 2**20:.1f} MiB"
     )
     print(f"  load average at the end: {os.getloadavg()}")
 

@@ -13,6 +13,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import PY, as_from_a_terminal, doctor, env_without_probe, wait_for
@@ -136,6 +137,17 @@ def start(script: Path, tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
     return job, log
 
 
+def attach_for(pid: int, seconds: str, report: Path, *more: str) -> dict[str, object]:
+    """`watch --pid PID --inject` for `seconds`, headless: its report (it must succeed)."""
+    watched = doctor(
+        "watch", "--pid", str(pid), "--inject", *more, "--headless", "--max-seconds", seconds,
+        "--report", str(report), timeout=120,
+    )  # fmt: skip
+    assert watched.returncode == 0, watched.stderr
+    loaded: dict[str, object] = json.loads(report.read_text())
+    return loaded
+
+
 def finish(job: subprocess.Popen[str], tmp_path: Path) -> tuple[int, str, str]:
     code = job.wait(timeout=200)
     return code, (tmp_path / "out.txt").read_text(), (tmp_path / "err.txt").read_text()
@@ -145,18 +157,12 @@ def test_injected_probe_counts_the_steps_made_while_attached_and_leaves_the_job_
     script: Path, plain: subprocess.CompletedProcess[str], tmp_path: Path
 ) -> None:
     job, log = start(script, tmp_path)
-    report = tmp_path / "r.json"
-    watched = doctor(
-        "watch", "--pid", str(job.pid), "--inject", "--headless", "--max-seconds", "3",
-        "--report", str(report),
-    )  # fmt: skip
-    assert watched.returncode == 0, watched.stderr
+    r: Any = attach_for(job.pid, "3", tmp_path / "r.json")
     code, out, err = finish(job, tmp_path)
     # the job's results, its exit code and everything it printed: as without the doctor
     assert (code, out, err) == (0, plain.stdout, plain.stderr)
     assert "threads ['MainThread']" in out  # the plain run's line: no thread of the probe left
 
-    r = json.loads(report.read_text())
     assert r["mode"] == "inject" and r["ended_by"] == "detached"
     assert r["findings"][0]["id"] == "input-bound", [f["id"] for f in r["findings"]]
     split = r["steps"]["split"]
@@ -192,12 +198,8 @@ def test_a_doctor_killed_while_attached_leaves_the_job_as_it_was_and_a_second_at
     watching.wait()
     time.sleep(1.5)  # the probe notices at its next flush (a quarter second) and leaves
     # a second doctor's attach finds nothing of the first one's in the way
-    again = doctor(
-        "watch", "--pid", str(job.pid), "--inject", "--headless", "--max-seconds", "2",
-        "--report", str(tmp_path / "again.json"),
-    )  # fmt: skip
-    assert again.returncode == 0, again.stderr
-    assert json.loads((tmp_path / "again.json").read_text())["steps"]["count"] > 0
+    again: Any = attach_for(job.pid, "2", tmp_path / "again.json")
+    assert again["steps"]["count"] > 0
     code, out, err = finish(job, tmp_path)
     assert (code, out, err) == (0, plain.stdout, plain.stderr)
 
@@ -345,15 +347,10 @@ def test_all_ranks_injects_into_every_rank_of_a_torchrun_job(tmp_path: Path) -> 
     # the launcher alone: it trains nothing, and the doctor says what to give instead
     alone = doctor("watch", "--pid", str(job.pid), "--inject", "--headless", timeout=60)
     assert alone.returncode == 2 and "--all-ranks" in alone.stderr, alone.stderr
-    report = tmp_path / "r.json"
-    watched = doctor(
-        "watch", "--pid", str(job.pid), "--inject", "--all-ranks", "--headless",
-        "--max-seconds", "2", "--report", str(report), timeout=120,
-    )  # fmt: skip
-    assert watched.returncode == 0, watched.stderr
+    r: Any = attach_for(job.pid, "2", tmp_path / "r.json", "--all-ranks")
     assert job.wait(timeout=200) == 0
     assert (tmp_path / "out.txt").read_text() == plain.stdout
-    counted = json.loads(report.read_text())["probe"]["steps_by_process"]
+    counted = r["probe"]["steps_by_process"]
     assert len(counted) == 2 and all(n > 10 for n in counted.values()), counted
     assert str(job.pid) not in counted  # the ranks, not the launcher
 
@@ -383,13 +380,8 @@ def test_root_injects_into_another_users_job_and_a_user_may_not(
             _doctor_as("nobody", "watch", "--pid", str(os.getpid()), "--inject", "--headless")
         )
         assert "belongs to user root" in refused, refused
-        report = shared / "r.json"
-        watched = doctor(
-            "watch", "--pid", str(job.pid), "--inject", "--headless", "--max-seconds", "2",
-            "--report", str(report),
-        )  # fmt: skip
-        assert watched.returncode == 0, watched.stderr
-        assert json.loads(report.read_text())["steps"]["count"] > 10
+        r: Any = attach_for(job.pid, "2", shared / "r.json")
+        assert r["steps"]["count"] > 10
         assert job.wait(timeout=200) == 0
         assert (shared / "out.txt").read_text() == plain.stdout + plain.stderr
     finally:

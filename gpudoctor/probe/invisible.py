@@ -36,8 +36,10 @@ FILENAME = "<gpudoctor probe (importlib._bootstrap-style frames are skipped by w
 FRAMES_DROPPED = sys.version_info >= (3, 11)
 
 
-# The wrappers' code objects (`unseen`), marked for Dynamo once torch is loaded.
+# The wrappers' code objects (`unseen`), marked for Dynamo once torch is loaded; by the
+# code object each was made from.
 WRAPPER_CODES: list[types.CodeType] = []
+_UNSEEN: dict[types.CodeType, types.CodeType] = {}
 
 
 def unseen(fn: Any) -> Any:
@@ -46,11 +48,19 @@ def unseen(fn: Any) -> Any:
     call as it would have without them (`skip_in_dynamo`; at once if torch is loaded,
     else by `mark_wrappers` when it is)."""
     target = getattr(fn, "__func__", fn)  # a bound method: its function
-    target.__code__ = target.__code__.replace(co_filename=FILENAME)
-    WRAPPER_CODES.append(target.__code__)
-    torch = sys.modules.get("torch")
-    if torch is not None and hasattr(torch, "_C"):
-        skip_in_dynamo(torch, target.__code__)
+    code = target.__code__
+    if code.co_filename == FILENAME:
+        return fn  # a method's function made unseen before
+    # each wrapper made from the same `def` (a closure) gets the one code object made for
+    # it the first time: an injected probe, attached again and again, keeps no more
+    seen = _UNSEEN.get(code)
+    if seen is None:
+        seen = _UNSEEN[code] = code.replace(co_filename=FILENAME)
+        WRAPPER_CODES.append(seen)
+        torch = sys.modules.get("torch")
+        if torch is not None and hasattr(torch, "_C"):
+            skip_in_dynamo(torch, seen)
+    target.__code__ = seen
     return fn
 
 
