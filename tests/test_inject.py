@@ -26,7 +26,7 @@ from gpudoctor.jobs.watched import WatchedJob, find_target
 from gpudoctor.sources.stacks import find_py_spy
 from gpudoctor.store import Store
 from gpudoctor.tui.app import make_live_app
-from gpudoctor.tui.screens import InjectScreen
+from gpudoctor.tui.screens import InjectScreen, ProfileScreen
 from gpudoctor.tui.widgets import JobPanel
 
 pytestmark = [
@@ -293,6 +293,12 @@ def test_i_in_the_tui_asks_then_loads_the_probe_and_q_removes_it(
             )
             assert "p" in app.screen.active_bindings and "i" not in app.screen.active_bindings
             await wait_for(pilot, lambda: "steps" in str(app.query_one(JobPanel).content))
+            # p: a capture by the injected probe, read as the GPU's timeline
+            await pilot.press("p")
+            await wait_for(pilot, lambda: isinstance(app.screen, ProfileScreen))
+            table = app.screen.query_one("#profile-table")
+            await wait_for(pilot, lambda: "The GPU's timeline" in text_of(table), timeout=60)
+            await pilot.press("escape")
             await pilot.press("q")
             await wait_for(pilot, lambda: app.return_value is not None or not app.is_running)
 
@@ -301,8 +307,15 @@ def test_i_in_the_tui_asks_then_loads_the_probe_and_q_removes_it(
     store.close()
     assert session.timeline.exit is not None and session.timeline.exit.ended_by == "detached"
     assert session.timeline.total_steps() > 0
+    # the capture's trace kept beside the store, not in the doctor's folder (gone now)
+    (kept,) = [t.path for t in session.timeline.gpu_timelines.values()]
+    assert Path(kept).exists() and "gpudoctor-run-" not in kept
     code, out, err = finish(job, tmp_path)
-    assert (code, out, err) == (0, plain.stdout, plain.stderr)
+    # torch.profiler's own log lines (Kineto's, "USDT: ... profiler_start"), as under
+    # `run`: the capture asked for is torch's; nothing else in the job's stderr
+    kineto = [line for line in err.splitlines() if "profiler_st" in line]
+    left = [line for line in err.splitlines() if line not in kineto]
+    assert (code, out, left) == (0, plain.stdout, plain.stderr.splitlines())
 
 
 DDP_JOB = """

@@ -22,6 +22,10 @@ from gpudoctor.sources import kineto
 KEEP_BYTES = 512 << 20
 
 
+# At a job's end, a capture's trace still being read is waited for this long.
+CAPTURE_WAIT_S = 30.0
+
+
 def keep(trace: Path, folder: Path, name: str) -> Path | None:
     """The trace moved into `folder` as `name`, the folder kept under KEEP_BYTES."""
     try:

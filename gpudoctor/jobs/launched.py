@@ -9,7 +9,6 @@ so the job's next print cannot fail if the doctor dies.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import shutil
 import signal
@@ -25,7 +24,7 @@ from gpudoctor.diagnosis.gpu_timeline import RankTimeline
 from gpudoctor.diagnosis.ranks import RankSummary, rank_summaries
 from gpudoctor.diagnosis.window import WARMUP_STEPS
 from gpudoctor.i18n import _
-from gpudoctor.jobs.captures import Captures, keep
+from gpudoctor.jobs.captures import CAPTURE_WAIT_S, Captures
 from gpudoctor.jobs.source import Recorder, ask_for_profile
 from gpudoctor.model import EndedBy, HotspotChunk, JobExit
 from gpudoctor.output_log import OutputLog
@@ -46,8 +45,6 @@ STOP_ESCALATION_S = ((10.0, signal.SIGTERM), (15.0, signal.SIGKILL))
 # each over its ranks' recent steps.
 EXCHANGE_S = 2.0
 EXCHANGE_STEPS = 500
-# At the job's end, a capture's trace still being read is waited for this long.
-CAPTURE_WAIT_S = 30.0
 # How often the doctor asks whether to capture by itself (diagnosis/auto_profile.py)
 AUTO_CHECK_S = 10.0
 
@@ -274,16 +271,7 @@ class LaunchedJob(Recorder):
         self.store.add(self.session_id, "auto_profile", t, {"t": t, "why": why})
 
     def _keep_captures(self, found: list[tuple[int, RankTimeline]]) -> None:
-        assert self.session_id is not None
-        for pid, analysed in found:
-            capture = (self.timeline.facts.get(pid, {}).get("profile") or {}).get("capture", 0)
-            name = f"session-{self.session_id}-pid-{pid}-capture-{capture}.json.gz"
-            if Path(analysed.path).parent == Path(self._dir):  # ours: kept by the store
-                kept = keep(Path(analysed.path), Path(self.store.path).parent / "traces", name)
-                analysed = dataclasses.replace(analysed, path=str(kept) if kept else "")
-            self.timeline.gpu_timelines[pid] = analysed
-            record = {"pid": pid, "timeline": analysed.to_dict()}
-            self.store.add(self.session_id, "gpu_timeline", time.monotonic_ns(), record)
+        self._keep_traces(found, self._dir)
 
     def _note_output(self) -> None:
         """Where the job's output is kept, and how often it was rotated (a record)."""

@@ -17,9 +17,12 @@ import socket
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Protocol
 
 from gpudoctor.compaction import COMPACT_EVERY_S, KEEP_WHOLE_S, Compactor
+from gpudoctor.diagnosis.gpu_timeline import RankTimeline
+from gpudoctor.jobs.captures import keep
 from gpudoctor.model import EndedBy, GpuSample, HostSample, JobExit
 from gpudoctor.processes import ProcessLister
 from gpudoctor.sources.host import HostReader
@@ -334,6 +337,21 @@ class Recorder(ABC):
             text = raw.decode()
             self.store.add_raw(self.session_id, "probe", t, text)
             self.compactor.knows(t, text, message, rollup)
+
+    def _keep_traces(self, found: list[tuple[int, RankTimeline]], folder: str) -> None:
+        """Profiler captures read as GPU timelines (jobs/captures.py), into the timeline
+        and the store; a trace in the doctor's `folder` (gone when it ends) is kept
+        beside the store first, and the timeline names that copy."""
+        assert self.session_id is not None
+        for pid, analysed in found:
+            capture = (self.timeline.facts.get(pid, {}).get("profile") or {}).get("capture", 0)
+            name = f"session-{self.session_id}-pid-{pid}-capture-{capture}.json.gz"
+            if Path(analysed.path).parent == Path(folder):  # ours: kept by the store
+                kept = keep(Path(analysed.path), Path(self.store.path).parent / "traces", name)
+                analysed = dataclasses.replace(analysed, path=str(kept) if kept else "")
+            self.timeline.gpu_timelines[pid] = analysed
+            record = {"pid": pid, "timeline": analysed.to_dict()}
+            self.store.add(self.session_id, "gpu_timeline", time.monotonic_ns(), record)
 
     def _read_probe_pages(self, folder: str) -> None:
         """The probes' exact step counts (their counter pages), recorded when they move."""

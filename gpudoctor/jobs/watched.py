@@ -21,6 +21,7 @@ import psutil
 
 from gpudoctor import run_folders
 from gpudoctor.i18n import _
+from gpudoctor.jobs.captures import CAPTURE_WAIT_S, Captures
 from gpudoctor.jobs.inject import InjectError, check_route, inject, settings_for
 from gpudoctor.jobs.source import Recorder, ask_for_profile
 from gpudoctor.model import EndedBy, GpuSample, HostSample, JobExit, StackChunk
@@ -158,6 +159,8 @@ class WatchedJob(Recorder):
         # of it, in the person's words, for the TUI to say once ("" until then)
         self._inject_asked = False
         self.inject_outcome = ""
+        # profiler captures (p) read as GPU timelines and kept, as a launch's are
+        self.captures = Captures()
 
     @property
     def job_pid(self) -> int | None:
@@ -252,6 +255,7 @@ class WatchedJob(Recorder):
             self.host.step_pids = {self.target.pid, *self.timeline.steps}
             self._drain_probe(self.probe.server)
             self._read_probe_pages(self.probe.folder)
+            self._keep_traces(self.captures.poll(self.timeline.facts), self.probe.folder)
         self._record_facts(outside_facts(self.target.pid, host, gpus))
         self._commit()
 
@@ -290,6 +294,8 @@ class WatchedJob(Recorder):
                 probe.ask_to_leave(lambda: self._drain_probe(probe.server))
             self._drain_probe(probe.server)
             self._read_probe_pages(probe.folder)
+            found = self.captures.finish(self.timeline.facts, CAPTURE_WAIT_S)
+            self._keep_traces(found, probe.folder)
         self.timeline.end_mono_ns = time.monotonic_ns()
         self.timeline.exit = job_exit
         return job_exit
