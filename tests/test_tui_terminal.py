@@ -228,12 +228,16 @@ def test_fix_on_a_terminal_shows_the_visit_as_it_goes(tmp_path: Path) -> None:
         text = wait_screen(name, "trying more-workers", timeout=60)
         # the end (on 24 rows the log has scrolled past its first lines by then)
         text = wait_screen(name, "stopped by", "q to quit", timeout=200)
-        assert re.search(r"1\s+more-workers\s+--num-workers 0 -> 2", text), text
+        # the path's first row, unless a busy machine's note (CI's other tests beside
+        # this one) has pushed it past the top of 24 rows
+        if "too few quiet" not in text:
+            assert re.search(r"1\s+more-workers\s+--num-workers 0 -> 2", text), text
         assert "100%" in text  # the bar, full at the end
         tmux("send-keys", "-t", name, "q")
         text = wait_screen(name, "SHELL-IS-BACK", timeout=30)
         assert done.read_text().strip() == "EXIT=0"
         assert "stopped by" in text and "use: " in text  # the summary after the app
+        assert "--num-workers 2" in text
     finally:
         close(name, tmp_path)
 

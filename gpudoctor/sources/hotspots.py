@@ -152,7 +152,12 @@ def chunk_of(
 
 
 def _source_line(file: str, line: int) -> str:
-    text = linecache.getline(file, line).strip()
+    """The line's text, or "" where it cannot be read (a name py-spy read while the
+    process changed it, with a null byte in it, made linecache raise: the doctor died)."""
+    try:
+        text = linecache.getline(file, line).strip()
+    except (ValueError, OSError):
+        return ""
     return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 3] + "..."
 
 
