@@ -136,42 +136,40 @@ def test_the_job_is_the_same_under_the_doctor(script: Path, tmp_path: Path) -> N
             cwd=COMPAT, stdout=subprocess.DEVNULL, stderr=said[name],
             env={**env_without_probe(), **doctor_env},
         )  # fmt: skip
-    # started plainly, and a doctor injects the probe at a moment mid-run and leaves at
-    # another (`watch --inject`, issue 43): the job must not notice either
-    injected_dir = tmp_path / "injected"
-    injected_dir.mkdir()
-    injected = subprocess.Popen(
-        own_streams(injected_dir, spec.command), cwd=COMPAT, env=env_without_probe()
-    )
-    moment = random.Random(script.stem)
-    torch_loaded(injected.pid)  # from there on: a moment of the script's own
-    time.sleep(moment.uniform(0.0, 1.5))
-    injecting = subprocess.Popen(
-        [PY, "-m", "gpudoctor", "watch", "--pid", str(injected.pid), "--inject", "--headless",
-         "--max-seconds", f"{moment.uniform(0.5, 3.0):.1f}",
-         *(["--all-ranks"] if spec.command[0] != PY else [])],
-        cwd=COMPAT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        env=env_without_probe(),
-    )  # fmt: skip
+    started: list[subprocess.Popen[bytes] | subprocess.Popen[str]] = [plain, *doctored.values()]
     ended: dict[str, float] = {}
-    watcher = threading.Thread(
-        target=lambda: ended.setdefault("job", (injected.wait(), time.monotonic())[1])
-    )
-    watcher.start()
     try:
         plain.wait(timeout=280)
         for proc in doctored.values():
             proc.wait(timeout=280)
+        # then started plainly again, and a doctor injects the probe at a moment mid-run
+        # and leaves at another (`watch --inject`, issue 43): the job must not notice
+        # either (after the others: no more jobs at once on this 2-core machine than before)
+        injected_dir = tmp_path / "injected"
+        injected_dir.mkdir()
+        injected = subprocess.Popen(
+            own_streams(injected_dir, spec.command), cwd=COMPAT, env=env_without_probe()
+        )
+        started.append(injected)
+        moment = random.Random(script.stem)
+        torch_loaded(injected.pid)  # from there on: a moment of the script's own
+        time.sleep(moment.uniform(0.0, 1.5))
+        injecting = subprocess.Popen(
+            [PY, "-m", "gpudoctor", "watch", "--pid", str(injected.pid), "--inject",
+             "--headless", "--max-seconds", f"{moment.uniform(0.5, 3.0):.1f}",
+             *(["--all-ranks"] if spec.command[0] != PY else [])],
+            cwd=COMPAT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            env=env_without_probe(),
+        )  # fmt: skip
+        started.append(injecting)
+        watcher = threading.Thread(
+            target=lambda: ended.setdefault("job", (injected.wait(), time.monotonic())[1])
+        )
+        watcher.start()
         _, injector_said = injecting.communicate(timeout=280)
         ended["injector"] = time.monotonic()
         watcher.join(timeout=280)
     finally:
-        started: list[subprocess.Popen[bytes] | subprocess.Popen[str]] = [
-            plain,
-            *doctored.values(),
-            injected,
-            injecting,
-        ]
         for one in started:
             if one.poll() is None:
                 one.kill()
