@@ -69,7 +69,10 @@ class OptimizerHooks:
             self.adopt_running(opt.Optimizer)
 
     def wrap(self, hooked: Any) -> Any:
-        """An optimizer class's step, timed in detail, or only counted (`counted`)."""
+        """An optimizer class's step, timed. On a counted step it runs as little as can
+        be, written out here rather than called, since on a short step every line shows:
+        the closer's step appends its end time; another optimizer's only matters when it
+        steps twice before the closer does (the cycle changed: see `cycle_changed`)."""
         agent = self.agent
         clock = self.clock
         # Dynamo traces this wrapper when it compiles an optimizer step (it is a plain
@@ -101,33 +104,26 @@ class OptimizerHooks:
                 if detail:
                     self.detailed(args[0], t0)
                     return result
-                self.counted(args[0])
+                agent.optimizer_steps += 1
+                closer = self.closer_ref
+                if closer is not None and closer() is args[0]:
+                    t = now()
+                    agent.counted_ends.append(t)
+                    agent.page.values[STEPS] += 1  # looked up: the page maps later
+                    if self.others:
+                        self.others.clear()
+                    agent.countdown -= 1
+                    if agent.countdown <= 0 or t >= agent.deadline:
+                        agent.end_counting()
+                        clock.housekeeping(t, now())  # the probe's switch, not input
+                else:
+                    self.cycle_changed(args[0])
             except Exception as exc:
                 clock.nested_at_opt_start = -1  # never left inside an optimizer's step
                 agent.error("optimizer", exc, self)
             return result
 
         return unseen(step)
-
-    def counted(self, optimizer: Any) -> None:
-        """An optimizer stepped on a step only counted: the closer's step appends its end
-        time; another optimizer's only matters when it steps twice before the closer
-        does (the cycle changed: see `cycle_changed`)."""
-        agent = self.agent
-        agent.optimizer_steps += 1
-        closer = self.closer_ref
-        if closer is not None and closer() is optimizer:
-            t = now()
-            agent.counted_ends.append(t)
-            agent.page.values[STEPS] += 1  # looked up: the page maps later
-            if self.others:
-                self.others.clear()
-            agent.countdown -= 1
-            if agent.countdown <= 0 or t >= agent.deadline:
-                agent.end_counting()
-                self.clock.housekeeping(t, now())  # the probe's switch, not input
-        else:
-            self.cycle_changed(optimizer)
 
     def adopt_running(self, base: type) -> None:
         """In a process joined late, the optimizer classes torch has wrapped already
