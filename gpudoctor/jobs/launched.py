@@ -20,7 +20,6 @@ from typing import IO, Any
 from gpudoctor import probe, run_folders
 from gpudoctor.diagnosis.auto_profile import STEPS as AUTO_STEPS
 from gpudoctor.diagnosis.auto_profile import should_capture
-from gpudoctor.diagnosis.gpu_timeline import RankTimeline
 from gpudoctor.diagnosis.ranks import RankSummary, rank_summaries
 from gpudoctor.diagnosis.window import WARMUP_STEPS
 from gpudoctor.i18n import _
@@ -194,7 +193,7 @@ class LaunchedJob(Recorder):
         self._read_pages()
         if self.lines is not None:  # the samples since the last whole chunk
             self._keep_lines(self.lines.finish())
-        self._keep_captures(self.captures.finish(self.timeline.facts, CAPTURE_WAIT_S))
+        self._keep_traces(self.captures.finish(self.timeline.facts, CAPTURE_WAIT_S), self._dir)
         return self.proc.returncode
 
     def _drain(self) -> None:
@@ -209,7 +208,7 @@ class LaunchedJob(Recorder):
             self._note_output()
         if self.lines is not None:
             self._sample_lines(self.lines)
-        self._keep_captures(self.captures.poll(self.timeline.facts))
+        self._keep_traces(self.captures.poll(self.timeline.facts), self._dir)
         if self.auto_profile and time.monotonic() - self._auto_checked >= AUTO_CHECK_S:
             self._maybe_capture()
         if self.exchange is not None and time.monotonic() - self._exchanged >= EXCHANGE_S:
@@ -269,9 +268,6 @@ class LaunchedJob(Recorder):
         t = time.monotonic_ns()
         self.timeline.auto_profile = (t, why)
         self.store.add(self.session_id, "auto_profile", t, {"t": t, "why": why})
-
-    def _keep_captures(self, found: list[tuple[int, RankTimeline]]) -> None:
-        self._keep_traces(found, self._dir)
 
     def _note_output(self) -> None:
         """Where the job's output is kept, and how often it was rotated (a record)."""
