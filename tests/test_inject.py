@@ -261,6 +261,57 @@ def test_inject_without_gdb_says_what_to_install(script: Path, tmp_path: Path) -
         job.wait()
 
 
+def test_a_job_paused_inside_an_import_gets_the_probe_once_the_import_is_over(
+    tmp_path: Path,
+) -> None:
+    """The probe's own imports never run inside one of the job's: a job caught importing
+    (here a module whose import takes seconds) is tried again until it is past it; then
+    the probe attaches, and the job's output is what it prints plainly."""
+    (tmp_path / "slow_module.py").write_text(
+        "import sys, time\n"
+        "print('importing', flush=True)\n"
+        "end = time.monotonic() + 6\n"
+        "while time.monotonic() < end:\n"
+        "    time.sleep(0.01)\n"
+        "print('probe loaded inside the import:', '_gpudoctor_probe' in sys.modules, flush=True)\n"
+    )
+    job_script = tmp_path / "job.py"
+    job_script.write_text(
+        textwrap.dedent(
+            """
+            import time, torch
+            import slow_module
+            torch.manual_seed(0)
+            model = torch.nn.Linear(8, 2)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            end = time.monotonic() + 8
+            while time.monotonic() < end:
+                loss = model(torch.randn(4, 8)).square().mean()
+                opt.zero_grad(); loss.backward(); opt.step()
+                time.sleep(0.01)
+            print("done")
+            """
+        )
+    )
+    out = tmp_path / "out.txt"
+    with out.open("w") as sink:
+        job = subprocess.Popen(
+            [PY, str(job_script)], stdout=sink, stderr=subprocess.PIPE, text=True,
+            cwd=tmp_path, preexec_fn=as_from_a_terminal,
+        )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while "importing" not in out.read_text():
+        assert time.monotonic() < deadline and job.poll() is None
+        time.sleep(0.05)
+    r: Any = attach_for(job.pid, "4", tmp_path / "r.json")
+    _, err = job.communicate(timeout=60)
+    assert job.returncode == 0 and err == "", err
+    assert out.read_text().splitlines() == [
+        "importing", "probe loaded inside the import: False", "done"
+    ]  # fmt: skip
+    assert r["mode"] == "inject" and r["steps"]["count"] > 0
+
+
 def test_the_route_reads_the_target_python_from_its_libpython_or_executable() -> None:
     assert inject.python_version(os.getpid()) == sys.version_info[:2]
     assert inject.python_version(2**22 + 7) is None  # no such process

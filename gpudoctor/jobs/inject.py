@@ -49,6 +49,15 @@ CAP_SYS_PTRACE = 19
 # Signals the job may get while gdb holds it (a child ending, a timer, a user's SIGUSR1):
 # handed to it as they come, never a stop. One that stopped the boot script's call would
 # have gdb unwind the call midway, leaving the interpreter as the script left it.
+# The import system's own modules: a frame of theirs below the boot script means the job
+# was paused inside an import. An import made there (the probe's) would take the same
+# thread's module locks inside another acquire and break its bookkeeping (CPython 3.11's
+# _ModuleLock.acquire then raised KeyError into the job's `import`: seen in CI), or find
+# a module half made; the boot script imports nothing and says "importing".
+IMPORTERS = (
+    "importlib._bootstrap", "importlib._bootstrap_external",
+    "_frozen_importlib", "_frozen_importlib_external",
+)  # fmt: skip
 PASSED_SIGNALS = (
     "SIGCHLD", "SIGALRM", "SIGUSR1", "SIGUSR2", "SIGPIPE", "SIGWINCH", "SIGTERM", "SIGHUP",
     "SIGPROF", "SIGVTALRM", "SIGIO", "SIGURG", "SIGCONT", "SIGTTIN", "SIGTTOU", "SIGQUIT",
@@ -56,9 +65,21 @@ PASSED_SIGNALS = (
 _VERSION = re.compile(r"(?:lib)?python(\d)\.(\d+)")
 
 BOOT = """\
+def _gpudoctor_importing(sys):
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_globals.get("__name__") in {importers!r}:
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _gpudoctor_boot():
+    import sys  # built in: no import machinery runs for it
+
+    if _gpudoctor_importing(sys):
+        return "importing"
     import importlib.util
-    import sys
 
     module = sys.modules.get("_gpudoctor_probe")
     if module is not None and not hasattr(module, "attach"):
@@ -204,7 +225,7 @@ def check_route(pid: int) -> str:
 
 def inject(pid: int, folder: str, settings: dict[str, object], route: str) -> str:
     """Run the boot script in `pid` by `route`; what the probe said ("attached",
-    "launched", "busy", "no-torch", "error: ..."), or InjectError."""
+    "launched", "busy", "no-torch", "importing", "error: ..."), or InjectError."""
     result = os.path.join(folder, RESULT_NAME)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(result)
@@ -215,6 +236,7 @@ def inject(pid: int, folder: str, settings: dict[str, object], route: str) -> st
             folder=str(PROBE_DIR),
             settings={**settings, "route": route},
             result=result,
+            importers=set(IMPORTERS),
         )
     )
     if route == "remote_exec":

@@ -5,9 +5,10 @@ The doctor has the job's main thread run `attach(settings)` between two of its b
 CPython 3.14: the doctor's jobs/inject.py). It installs the torch hook groups as a
 launch does once torch is imported, with what a process past its set-up needs instead:
 
-- the optimizers already made are seen through torch's global optimizer step hooks (an
-  LR scheduler has bound each one's `step` to its instance: a class patch would miss
-  it); optimizers made later the same way;
+- the optimizers already made are seen through a wrapper on each optimizer class torch
+  has wrapped, and on the cell of each LR scheduler's per-instance wrapper of `step`
+  (found in the training thread's frames): no torch hook table is touched; optimizers
+  made later the same way;
 - the models already made are looked for at the next step's end (no forward is under
   way there) in the training thread's frames: their locals, and one level of the
   attributes of what they hold (a trainer's `self.model`); models made later through
