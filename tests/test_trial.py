@@ -186,6 +186,9 @@ def test_a_trial_beside_busy_processes_says_so_and_claims_no_gain(tmp_path: Path
         "the machine was busy" in proc.stderr
         and "the result is for the machine as it was" in proc.stderr
     )
+    # the verdict rests on the wider interval, and says why
+    assert result["judged"]["level"] == 0.99 and result["judged"]["why"] == "busy", result
+    assert "other processes took the job's cores through these runs" in proc.stderr
 
 
 def test_a_remedy_with_nothing_to_change_is_refused_in_one_line() -> None:
@@ -363,6 +366,31 @@ def test_after_more_than_one_look_the_verdict_rests_on_the_99_percent_interval()
     assert again.ci95 == speedup(base, treat)[1]
     step = FixStep("more-workers", "input-bound", (), Prediction(1.0, 1.2, "test"), again)
     assert not step.kept and step.as_dict()["judged"]["looks"] == 2  # fix keeps it only if faster
+
+
+def test_runs_on_a_machine_busy_throughout_are_judged_on_the_99_percent_interval() -> None:
+    """Steps busy almost throughout on both sides (nothing quiet to compare alone): the
+    neighbour's load between runs is not sampled by two runs a side, so runs whose 95%
+    interval just clears 1 are no better than noise; the same runs on a quiet machine
+    read faster."""
+    walls = [[0.0100] * 200, [0.0108] * 200, [0.0104] * 200]
+    busy = (True,) * 190 + (False,) * 10
+
+    def crowded(w: list[float]) -> Arm:
+        return Arm(None, (), tuple(w), 32.0, None, 130, "steps", 200, busy, "python3 (pid 9)")
+
+    base = [crowded(w) for w in walls]
+    treat = [crowded([x / 1.10 for x in w]) for w in walls]
+    c = Comparison.of(base, treat)
+    assert c.crowding is not None and not c.crowding.left_out
+    assert c.ci95[0] > 1.0 and c.judged is not None and c.judged[0] < 1.0 < c.judged[1]
+    assert c.verdict == "no better than noise" and c.decided_on == c.judged
+    assert c.judged_as_dict() == {
+        "level": 0.99, "looks": 1, "ci": [round(c.judged[0], 4), round(c.judged[1], 4)],
+        "why": "busy",
+    }  # fmt: skip
+    quiet = Comparison.of([arm(w) for w in walls], [arm([x / 1.10 for x in w]) for w in walls])
+    assert quiet.verdict == "faster" and quiet.judged is None
 
 
 def test_a_baseline_whose_step_times_never_arrived_is_not_called_short() -> None:

@@ -166,7 +166,9 @@ def fix(
             )
         )
         if comparison.judged:
-            progress("  " + judged_words(comparison.looks, *comparison.judged))
+            progress(
+                "  " + judged_words(comparison.looks, *comparison.judged, comparison.judged_why)
+            )
         if step.kept and last is not None:
             kept.append(remedy)
             current = treatment

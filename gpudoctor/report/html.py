@@ -325,7 +325,9 @@ def trial_part(t: dict[str, Any]) -> list[str]:
         out.append("<li>" + e(extra_pairs_words(int(t["extra_pairs"]))) + "</li>")
     judged = t.get("judged")
     if judged:
-        out.append("<li>" + e(judged_words(int(judged["looks"]), *judged["ci"])) + "</li>")
+        low, high = judged["ci"]
+        words = judged_words(int(judged["looks"]), low, high, judged.get("why", "looks"))
+        out.append("<li>" + e(words) + "</li>")
     loss = t.get("loss")
     if loss and any(c.get("changes_numerics") for c in t.get("applied", [])):
         words = _("changes numerics: {loss}").format(loss=LossCheck.from_dict(loss).words())

@@ -376,7 +376,7 @@ def trial_text(r: TrialResult) -> str:
     if r.extra_pairs:
         lines.append("  " + extra_pairs_words(r.extra_pairs))
     if c.judged:
-        lines.append("  " + judged_words(c.looks, *c.judged))
+        lines.append("  " + judged_words(c.looks, *c.judged, c.judged_why))
     if c.crowding is not None:
         lines.append(f"  {c.crowding.words()}")
     if any(a.changes_numerics for a in r.applied):
@@ -387,9 +387,15 @@ def trial_text(r: TrialResult) -> str:
     return "\n".join(lines) + "\n"
 
 
-def judged_words(looks: int, low: float, high: float) -> str:
-    """The interval a verdict rests on after more than one look (prescribe/trial.py's
-    JUDGED_LEVEL), and why."""
+def judged_words(looks: int, low: float, high: float, why: str = "looks") -> str:
+    """The interval a verdict rests on after more than one look, or on a busy machine
+    (prescribe/trial.py's JUDGED_LEVEL, Comparison.judged_why), and why."""
+    if why == "busy":
+        return _(
+            "verdict on the 99% interval {low:.2f}-{high:.2f}x: other processes took the "
+            "job's cores through these runs, and a load that comes and goes between runs "
+            "can read as a change"
+        ).format(low=low, high=high)
     return _(
         "verdict on the 99% interval {low:.2f}-{high:.2f}x: these runs were compared {n} "
         "times, and each look more is another chance for noise to read as a change"
@@ -475,7 +481,7 @@ def trial_markdown(r: TrialResult) -> str:
     if r.extra_pairs:
         lines.append(f"- {extra_pairs_words(r.extra_pairs)}")
     if c.judged:
-        lines.append(f"- {judged_words(c.looks, *c.judged)}")
+        lines.append(f"- {judged_words(c.looks, *c.judged, c.judged_why)}")
     if c.crowding is not None:
         lines.append(f"- {c.crowding.words()}")
     lines += [
