@@ -18,12 +18,16 @@ gpudoctor_rank_gpu_info`.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import socket
 import statistics
 from collections.abc import Iterator
+from dataclasses import dataclass
 
+import psutil
 from prometheus_client import ProcessCollector, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from gpudoctor.diagnosis.devices import gpu_of
@@ -89,7 +93,7 @@ class RunCollector(Collector):
         s = self.latest
         if s is None:
             return
-        yield from _steps(s)
+        yield from _steps([s])
         first = GaugeMetricFamily(
             "gpudoctor_first_hour_step_seconds",
             "The job's median step time over its first hour (served once that hour is over)",
@@ -100,17 +104,23 @@ class RunCollector(Collector):
         yield first
         yield from _gpus(s)
         yield from _host(s)
-        yield from _speed_of_light(s)
-        # the job's labels on its findings too: a finding joins the job's other series
-        findings = GaugeMetricFamily(
-            "gpudoctor_finding_estimated_gain_ratio",
-            "A current finding: the share of step time its remedies could win back",
-            labels=["rank", "pid", "hostname", "id", "severity"],
-        )
+        yield from _speed_of_light([s])
+        yield _findings([s])
+
+
+def _findings(snapshots: list[Snapshot]) -> GaugeMetricFamily:
+    """Each job's current findings, one series each (the job's labels on them too: a
+    finding joins the job's other series)."""
+    findings = GaugeMetricFamily(
+        "gpudoctor_finding_estimated_gain_ratio",
+        "A current finding: the share of step time its remedies could win back",
+        labels=["rank", "pid", "hostname", "id", "severity"],
+    )
+    for s in snapshots:
         job = list(_job_key(s))
         for f in s.findings:
             findings.add_metric([*job, f.id, f.severity], f.estimated_gain or 0.0)
-        yield findings
+    return findings
 
 
 def _job_key(s: Snapshot) -> tuple[str, str, str]:
@@ -131,7 +141,8 @@ def _medians(s: Snapshot) -> list[tuple[tuple[str, str, str], float]]:
     return [] if s.step_p50_ms is None else [(_job_key(s), s.step_p50_ms)]
 
 
-def _steps(s: Snapshot) -> Iterator[GaugeMetricFamily]:
+def _steps(snapshots: list[Snapshot]) -> Iterator[GaugeMetricFamily]:
+    """The step series of each job (each family once, whatever the number of jobs)."""
     labels = ["rank", "pid", "hostname"]
     here = socket.gethostname()
     step = GaugeMetricFamily(
@@ -159,6 +170,13 @@ def _steps(s: Snapshot) -> Iterator[GaugeMetricFamily]:
         "gpudoctor_rank_gpu_info", "The GPU a rank computes on (value 1)",
         labels=[*labels, "gpu", "UUID"],
     )  # fmt: skip
+    for s in snapshots:
+        _add_steps(s, here, (step, wait, comm, own, rate, steps, gpu))
+    yield from (step, wait, comm, own, rate, steps, gpu)
+
+
+def _add_steps(s: Snapshot, here: str, families: tuple[GaugeMetricFamily, ...]) -> None:
+    step, wait, comm, own, rate, steps, gpu = families
     uuids = {g.index: g.uuid or "" for g in s.gpus}
     if s.ranks:
         for r in s.ranks:
@@ -188,37 +206,39 @@ def _steps(s: Snapshot) -> Iterator[GaugeMetricFamily]:
             wait.add_metric(key, s.data_wait_fraction)
         if s.samples_per_s is not None:
             rate.add_metric(key, s.samples_per_s)
-        steps.add_metric(key, s.steps_total)
-    yield from (step, wait, comm, own, rate, steps, gpu)
+        if s.mode != "watch" or s.steps_total:  # from outside the steps are not counted
+            steps.add_metric(key, s.steps_total)
 
 
-def _speed_of_light(s: Snapshot) -> Iterator[GaugeMetricFamily]:
+def _speed_of_light(snapshots: list[Snapshot]) -> Iterator[GaugeMetricFamily]:
     """Once the probe counted a step's FLOPs (diagnosis/speed_of_light.py)."""
-    sol = s.speed_of_light
-    if sol is None:
-        return
     labels = ["rank", "pid", "hostname", "device"]
-    key = [*_job_key(s), sol.device]
     flops = GaugeMetricFamily(
         "gpudoctor_step_flops", "FLOPs of one training step (counted once)", labels=labels
     )
-    flops.add_metric(key, sol.flops_per_step)
     achieved = GaugeMetricFamily(
         "gpudoctor_achieved_flops_per_second", "FLOPs a second the job reaches", labels=labels
     )
-    achieved.add_metric(key, sol.achieved_tflops * 1e12)
-    yield from (flops, achieved)
-    if sol.mfu is not None and sol.peak_tflops is not None:
-        mfu = GaugeMetricFamily(
-            "gpudoctor_mfu_ratio", "Model FLOPs utilisation: achieved over peak", labels=labels
-        )
-        mfu.add_metric(key, sol.mfu)
-        peak = GaugeMetricFamily(
-            "gpudoctor_peak_flops_per_second", "The device's peak for the step's work",
-            labels=labels,
-        )  # fmt: skip
-        peak.add_metric(key, sol.peak_tflops * 1e12)
-        yield from (mfu, peak)
+    mfu = GaugeMetricFamily(
+        "gpudoctor_mfu_ratio", "Model FLOPs utilisation: achieved over peak", labels=labels
+    )
+    peak = GaugeMetricFamily(
+        "gpudoctor_peak_flops_per_second", "The device's peak for the step's work",
+        labels=labels,
+    )  # fmt: skip
+    for s in snapshots:
+        sol = s.speed_of_light
+        if sol is None:
+            continue
+        key = [*_job_key(s), sol.device]
+        flops.add_metric(key, sol.flops_per_step)
+        achieved.add_metric(key, sol.achieved_tflops * 1e12)
+        if sol.mfu is not None and sol.peak_tflops is not None:
+            mfu.add_metric(key, sol.mfu)
+            peak.add_metric(key, sol.peak_tflops * 1e12)
+    for family in (flops, achieved, mfu, peak):
+        if family.samples:
+            yield family
 
 
 def _gpus(s: Snapshot) -> Iterator[GaugeMetricFamily]:
@@ -257,11 +277,98 @@ def _host(s: Snapshot) -> Iterator[GaugeMetricFamily]:
             yield GaugeMetricFamily(name, doc, value=value)
 
 
+@dataclass(frozen=True)
+class NodeEntry:
+    """One job the exporter follows: its latest snapshot, whether it still runs, and
+    its identity labels (jobs/node.py LABELS; `rank` is also in the snapshot's facts)."""
+
+    snapshot: Snapshot
+    running: bool
+    labels: dict[str, str]
+
+
+JOB_LABELS = ["rank", "pid", "hostname"]
+IDENTITY_LABELS = ["user", "hpc_job", "pod", "namespace", "container"]
+
+
+class NodeCollector(Collector):
+    """`gpudoctor exporter`: every job on the node, from the entries the exporter's loop
+    hands over whole each refresh (a scrape never waits on the loop). No device series:
+    DCGM's exporter serves those on a cluster; `gpudoctor_rank_gpu_info` joins to them."""
+
+    def __init__(self) -> None:
+        self.entries: tuple[NodeEntry, ...] = ()
+
+    def collect(self) -> Iterator[Metric]:
+        entries = self.entries
+        snapshots = [e.snapshot for e in entries]
+        yield from _steps(snapshots)
+        yield _findings(snapshots)
+        yield from _speed_of_light(snapshots)
+        info = GaugeMetricFamily(
+            "gpudoctor_job_info",
+            "A training job the exporter follows (value 1): its user and scheduler job",
+            labels=[*JOB_LABELS, *IDENTITY_LABELS],
+        )
+        running = GaugeMetricFamily(
+            "gpudoctor_job_running",
+            "1 while the job runs; 0 once it ended (served for the grace period)",
+            labels=JOB_LABELS,
+        )
+        cpu = GaugeMetricFamily(
+            "gpudoctor_job_cpu_cores", "Cores' worth of CPU the job's processes use",
+            labels=JOB_LABELS,
+        )  # fmt: skip
+        delay = GaugeMetricFamily(
+            "gpudoctor_job_run_delay_ratio",
+            "Share of the job's runnable time its threads waited for a core",
+            labels=JOB_LABELS,
+        )
+        for e in entries:
+            key = list(_job_key(e.snapshot))
+            info.add_metric([*key, *(e.labels.get(k, "") for k in IDENTITY_LABELS)], 1)
+            running.add_metric(key, 1 if e.running else 0)
+            h = e.snapshot.host
+            if h is not None and h.job_cpu_cores is not None:
+                cpu.add_metric(key, h.job_cpu_cores)
+            if h is not None and h.job_run_delay_fraction is not None:
+                delay.add_metric(key, h.job_run_delay_fraction)
+        yield from (info, running, cpu, delay)
+        yield GaugeMetricFamily(
+            "gpudoctor_exporter_jobs", "Training jobs the exporter follows now",
+            value=sum(e.running for e in entries),
+        )  # fmt: skip
+        yield CounterMetricFamily(
+            "gpudoctor_exporter_samplers_cpu_seconds",
+            "CPU time of the exporter's stack samplers (py-spy, its child processes)",
+            value=children_cpu_s(),
+        )
+
+
+def children_cpu_s() -> float:
+    """The CPU time of this process's children, ended (reaped) and running."""
+    times = os.times()
+    total = times.children_user + times.children_system
+    with contextlib.suppress(psutil.Error):
+        for child in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                t = child.cpu_times()
+                total += t.user + t.system
+    return total
+
+
 def serve(address: str) -> RunCollector:
-    """Start serving (a thread of prometheus_client's); MetricsError in one line."""
+    """Start serving a run's snapshots (a thread of prometheus_client's); MetricsError
+    in one line."""
+    collector = RunCollector()
+    serve_collector(address, collector)
+    return collector
+
+
+def serve_collector(address: str, collector: Collector) -> None:
+    """Start serving `collector`, and the doctor's own cost; MetricsError in one line."""
     host, port = parse_address(address)
     registry = CollectorRegistry()
-    collector = RunCollector()
     registry.register(collector)
     # the doctor's own cost, by prometheus_client's process collector (/proc):
     # gpudoctor_process_cpu_seconds_total, _resident_memory_bytes (an alert's budget)
@@ -274,4 +381,3 @@ def serve(address: str) -> RunCollector:
                 host=host, port=port, why=exc.strerror
             )
         ) from None
-    return collector

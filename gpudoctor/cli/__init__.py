@@ -38,6 +38,7 @@ COMMANDS = {
     "remedies": ("catalogue", "remedies"),
     "guide": ("catalogue", "guide"),
     "trace": ("trace", "command"),
+    "exporter": ("exporter", "command"),
 }
 
 

@@ -203,6 +203,31 @@ def build_parser() -> argparse.ArgumentParser:
     )
     watch.add_argument("--metrics", metavar="[HOST:]PORT", help=metrics_help)
 
+    exporter = add(
+        "exporter",
+        _("serve every training job on this node to Prometheus (a node agent: found by "
+        "itself, watched from outside, never stopped)"),
+    )  # fmt: skip
+    exporter.add_argument(
+        "--metrics", metavar="[HOST:]PORT", required=True,
+        help=_("where to serve OpenMetrics (HOST defaults to 127.0.0.1)"),
+    )  # fmt: skip
+    exporter.add_argument(
+        "--interval", type=_positive_float, default=5.0, metavar="S",
+        help=_("how often the node is looked at and each job read (default 5 s)"),
+    )  # fmt: skip
+    exporter.add_argument(
+        "--grace", type=_positive_float, default=60.0, metavar="S",
+        help=_("an ended job's series are served this long more (default 60 s)"),
+    )  # fmt: skip
+    exporter.add_argument(
+        "--max-seconds", type=_positive_float, metavar="S", help=_("leave after S seconds")
+    )
+    exporter.add_argument(
+        "--lang", choices=("en", "zh"), default=None,
+        help=_("language of what the doctor writes (default: the locale)"),
+    )  # fmt: skip
+
     trace = add(
         "trace",
         _("the GPU timeline of torch.profiler / Kineto traces: where the GPU's time goes, why "

@@ -146,11 +146,15 @@ class WatchedJob(Recorder):
         py_spy: str | None = None,
         inject: str | None = None,
         all_ranks: bool = False,
+        stacks: dict[str, Any] | None = None,
     ) -> None:
+        """`stacks`: the stack sampler's settings, where not its own (StackSampler)."""
         super().__init__(target.command, store, interval_s, max_seconds, nvml)
         self.target = target
         self.timeline.watched_pid = target.pid
-        self.sampler = StackSampler(py_spy, target.pid) if py_spy and target.python else None
+        self.sampler = (
+            StackSampler(py_spy, target.pid, **(stacks or {})) if py_spy and target.python else None
+        )
         self._facts: dict[str, Any] = {}
         # --inject: the probe loaded into the job by this route (jobs/inject.py), its
         # messages and pages read from a folder of the doctor's as a launch's are
@@ -303,6 +307,19 @@ class WatchedJob(Recorder):
         self.timeline.exit = job_exit
         return job_exit
 
+    def turn(self) -> JobExit | None:
+        """One turn for a caller that follows many jobs in one thread (the exporter,
+        app/exporter.py) instead of `run`'s loop: a tick, or, the job gone, its end."""
+        assert self.session_id is not None
+        if self._job_ended():
+            return self._finish(ended=True, returncode=None)
+        self._tick()
+        return None
+
+    def leave(self) -> JobExit:
+        """The caller of `turn` leaves: the job goes on."""
+        return self._finish(ended=False, returncode=None)
+
     def close(self) -> None:
         if self.sampler is not None:
             self.sampler.close()
@@ -349,7 +366,7 @@ class ProbeFolder:
                 return said
             if said == "importing":
                 time.sleep(IMPORT_RETRY_S)
-            elif said == "no-torch" and _loading_torch(pid):
+            elif said == "no-torch" and loading_torch(pid):
                 time.sleep(1.0)
             else:
                 return said
@@ -375,12 +392,12 @@ def injection_pids(pid: int, all_ranks: bool, wait_s: float = 0.0) -> list[int]:
     every local rank of the torchrun job it is the launcher or a rank of (a launcher
     that has not started its ranks yet is waited for, up to `wait_s`)."""
     launcher = None
-    if _is_launcher(pid):
+    if is_launcher(pid):
         launcher = pid
     else:
         with contextlib.suppress(psutil.Error):
             parent = psutil.Process(pid).ppid()
-            launcher = parent if _is_launcher(parent) else None
+            launcher = parent if is_launcher(parent) else None
     deadline = time.monotonic() + wait_s
     while launcher is not None and not ranks_of(launcher) and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -412,7 +429,7 @@ def injection_pids(pid: int, all_ranks: bool, wait_s: float = 0.0) -> list[int]:
     return [pid]
 
 
-def _is_launcher(pid: int) -> bool:
+def is_launcher(pid: int) -> bool:
     try:
         return launcher_at(psutil.Process(pid).cmdline()) is not None
     except psutil.Error:
@@ -422,7 +439,7 @@ def _is_launcher(pid: int) -> bool:
 def ranks_of(pid: int) -> list[int]:
     """The local ranks of the torchrun job `pid` is the launcher of (its children running
     Python), in pid order; [] when `pid` is no launcher or has none yet."""
-    if not _is_launcher(pid):
+    if not is_launcher(pid):
         return []
     try:
         children = psutil.Process(pid).children()
@@ -436,7 +453,7 @@ def ranks_of(pid: int) -> list[int]:
     return sorted(ranks)
 
 
-def _loading_torch(pid: int) -> bool:
+def loading_torch(pid: int) -> bool:
     """torch's library is mapped: the job is importing it (or has, and not its optim yet)."""
     try:
         with open(f"/proc/{pid}/maps") as f:

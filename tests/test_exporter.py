@@ -1,0 +1,161 @@
+"""`gpudoctor exporter`: the node agent finds the training jobs on this machine by
+itself (two started before it, one after), watches each from outside and serves them on
+one port; a real Prometheus (Debian's package) scrapes it and joins a job's series to its
+scheduler job. A job's end removes its series after the grace period; the exporter's
+SIGTERM leaves every job running; nothing of a command line is served."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import PY, SAMPLES, as_from_a_terminal, doctor, env_without_probe
+from prometheus_client.parser import text_string_to_metric_families
+from test_metrics import free_port, get, wait_for
+
+from gpudoctor.cli.parser import build_parser
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def series(text: str, name: str) -> list[dict[str, str]]:
+    """The label sets of `name`'s samples in an exposition."""
+    return [
+        dict(s.labels)
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == name
+    ]
+
+
+def test_the_exporter_serves_every_training_job_on_the_node_to_prometheus(tmp_path: Path) -> None:
+    def job(script: str, seconds: str, **env: str) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [PY, str(SAMPLES / script), "--seconds", seconds],
+            env={**env_without_probe(), **env}, cwd=tmp_path, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, preexec_fn=as_from_a_terminal,
+        )  # fmt: skip
+
+    loader = job("dataloader_bound.py", "240")
+    ranked = job("healthy.py", "240", RANK="1", SLURM_JOB_ID="77")
+    port, prom_port = free_port(), free_port()
+    exporter = subprocess.Popen(
+        [PY, "-m", "gpudoctor", "--store", str(tmp_path / "s.db"), "exporter", "--metrics",
+         str(port), "--interval", "1", "--grace", "3"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        preexec_fn=as_from_a_terminal,
+    )  # fmt: skip
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global:\n  scrape_interval: 1s\n"
+        f"scrape_configs:\n  - job_name: gpudoctor\n    static_configs:\n"
+        f"      - targets: ['127.0.0.1:{port}']\n"
+    )
+    prometheus = subprocess.Popen(
+        ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+         f"--web.listen-address=127.0.0.1:{prom_port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    later = None
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        # the two jobs listed, each with its pid; the third, started after the exporter
+        wait_for(lambda: {str(loader.pid), str(ranked.pid)} <= pids(get(url)), timeout=60)
+        later = job("healthy.py", "240")
+        wait_for(lambda: str(later.pid) in pids(get(url)), timeout=60)
+
+        # the input-bound job's finding on its pid, and on no other of these jobs
+        def input_bound() -> set[str]:
+            found = series(get(url), "gpudoctor_finding_estimated_gain_ratio")
+            return {s["pid"] for s in found if s["id"] == "input-bound"}
+
+        assert str(loader.pid) in wait_for(input_bound, timeout=90)
+        text = get(url)
+        assert not {str(ranked.pid), str(later.pid)} & input_bound()
+        # every per-job series says its node and pid; the rank and the Slurm job as read
+        for name in ("gpudoctor_job_info", "gpudoctor_job_running", "gpudoctor_step_seconds",
+                     "gpudoctor_data_wait_ratio", "gpudoctor_finding_estimated_gain_ratio"):  # fmt: skip
+            rows = series(text, name)
+            assert rows and all(r["hostname"] and r["pid"] for r in rows), name
+        info = {r["pid"]: r for r in series(text, "gpudoctor_job_info")}
+        assert (info[str(ranked.pid)]["rank"], info[str(ranked.pid)]["hpc_job"]) == ("1", "77")
+        assert info[str(loader.pid)]["rank"] == "" and info[str(loader.pid)]["user"]
+        # identifiers only: no command line, script or folder in what is served
+        assert (
+            "healthy" not in text and "dataloader_bound" not in text and str(tmp_path) not in text
+        )
+        # no device series: DCGM's exporter serves those
+        assert "gpudoctor_gpu_utilization_ratio" not in text
+        # Prometheus scraped it: a job's series joined to its scheduler job
+        join = ('gpudoctor_job_running * on (hostname, pid) group_left (hpc_job) '
+                'gpudoctor_job_info{hpc_job="77"}')  # fmt: skip
+        query = f"http://127.0.0.1:{prom_port}/api/v1/query?query={urllib.parse.quote(join)}"
+
+        def joined() -> list[dict[str, Any]] | None:
+            result: list[dict[str, Any]] = json.loads(get(query))["data"]["result"]
+            return result or None
+
+        (row,) = wait_for(joined, timeout=60)
+        assert row["metric"]["pid"] == str(ranked.pid) and row["metric"]["hpc_job"] == "77"
+        # a job that ends: running 0, then gone after the grace period
+        ranked.kill()
+        ranked.wait()
+        wait_for(lambda: str(ranked.pid) not in pids(get(url)), timeout=30)
+        # SIGTERM: the exporter leaves, every job goes on
+        exporter.send_signal(signal.SIGTERM)
+        assert exporter.wait(timeout=60) == 0, exporter.stderr.read() if exporter.stderr else ""
+        assert loader.poll() is None and later.poll() is None
+        said = exporter.stderr.read() if exporter.stderr else ""
+        assert "Traceback" not in said and f"127.0.0.1:{port}/metrics" in said
+    finally:
+        prometheus.terminate()
+        prometheus.wait(timeout=30)
+        for p in (exporter, loader, ranked, later):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def pids(text: str) -> set[str]:
+    """The pids of the running jobs an exposition lists."""
+    return {r["pid"] for r in series(text, "gpudoctor_job_running")}
+
+
+def test_exporter_bad_input_is_one_line_and_exit_2() -> None:
+    for args, said in (
+        ((), "--metrics"),
+        (("--metrics", "abc"), "wants [HOST:]PORT"),
+        (("--metrics", "9100", "--interval", "0"), "--interval"),
+    ):
+        proc = doctor("exporter", *args)
+        assert proc.returncode == 2, proc.stderr
+        assert said in proc.stderr and "Traceback" not in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert os.environ.get("GPUDOCTOR_STORE")  # the suite's own store, not the user's
+
+
+def test_the_shipped_unit_and_daemonset_run_the_exporter_on_the_network() -> None:
+    """No systemd or cluster here: their command lines are what the parser accepts, on
+    every address (a Prometheus elsewhere scrapes them), and the DaemonSet sees the
+    host's processes and may read their stacks."""
+    deploy = Path(__file__).parent.parent / "deploy"
+    unit = (deploy / "systemd" / "gpudoctor-exporter.service").read_text()
+    (line,) = [x for x in unit.splitlines() if x.startswith("ExecStart=")]
+    argv = shlex.split(line.removeprefix("ExecStart="))
+    manifest = yaml.safe_load((deploy / "kubernetes" / "daemonset.yml").read_text())
+    pod = manifest["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert pod["hostPID"] is True
+    assert "SYS_PTRACE" in container["securityContext"]["capabilities"]["add"]
+    for command in (argv, container["command"]):
+        assert Path(command[0]).name == "gpudoctor"
+        args = build_parser().parse_args(command[1:])
+        assert args.command_name == "exporter" and args.metrics == "0.0.0.0:9187"
