@@ -1,0 +1,161 @@
+"""What `gpudoctor exporter` costs with N training jobs on the node, side by side with
+the floor: a bare psutil collector reading the same jobs' CPU and memory once a second.
+
+    python bench/exporter_cost.py [--jobs 8] [--seconds 120] [--rounds 2]
+
+The N jobs are small torch loops that sleep most of each step (a node's jobs wait on
+their GPUs; this 2-core machine could not run eight busy ones), started once and kept
+for the whole run. Each round runs the collector, then the exporter (the order
+alternating between rounds), each for --seconds, on the same jobs. A side's CPU is
+its process's and every child's (the exporter's py-spy samplers, reaped ones included:
+wait4() counts them), over its seconds: % of one core. Memory: the peak of the side's
+RSS summed over its process tree, sampled every second. The exporter is scraped once a
+second (a Prometheus at 1 s) so its serving costs are in. Budget (issue 44): <= 1% of
+one core and <= 150 MB with 8 jobs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+JOB = """
+    import time, torch
+    torch.set_num_threads(1)
+    model = torch.nn.Linear(64, 64)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    end = time.monotonic() + float(__import__("sys").argv[1])
+    while time.monotonic() < end:
+        loss = model(torch.randn(32, 64)).square().mean()
+        opt.zero_grad(); loss.backward(); opt.step()
+        time.sleep(0.05)  # the GPU's turn: the host waits
+"""
+COLLECTOR = """
+    import sys, time, psutil
+    pids = [int(p) for p in sys.argv[2:]]
+    procs = [psutil.Process(p) for p in pids]
+    for p in procs:
+        p.cpu_percent()
+    end = time.monotonic() + float(sys.argv[1])
+    while time.monotonic() < end:
+        for p in procs:
+            with p.oneshot():
+                p.cpu_percent(); p.memory_info()
+        time.sleep(1.0)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def tree_rss(pid: int) -> int:
+    try:
+        p = psutil.Process(pid)
+        return sum(q.memory_info().rss for q in [p, *p.children(recursive=True)])
+    except psutil.Error:
+        return 0
+
+
+def measure(argv: list[str], seconds: float, port: int | None) -> tuple[float, int]:
+    """% of one core over its run (the process and its reaped children: run in a
+    process of its own, `isolated`) and the peak RSS of its tree."""
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    start = time.monotonic()
+    peak = 0
+    while proc.poll() is None:
+        peak = max(peak, tree_rss(proc.pid))
+        if port is not None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+                    r.read()
+            except OSError:
+                pass
+        time.sleep(1.0)
+    wall = time.monotonic() - start
+    # the side, reaped, and every child it reaped (getrusage(2): RUSAGE_CHILDREN)
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return 100 * (usage.ru_utime + usage.ru_stime) / wall, peak
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--jobs", type=int, default=8)
+    parser.add_argument("--seconds", type=float, default=120.0)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    folder = Path(tempfile.mkdtemp())
+    (folder / "job.py").write_text(textwrap.dedent(JOB))
+    (folder / "collector.py").write_text(textwrap.dedent(COLLECTOR))
+    total = args.rounds * 2 * (args.seconds + 15) + 60
+    jobs = [
+        subprocess.Popen([sys.executable, str(folder / "job.py"), str(total)])
+        for _ in range(args.jobs)
+    ]
+    time.sleep(8)  # torch imported
+    load0 = os.getloadavg()[0]
+    results: dict[str, list[tuple[float, int]]] = {"collector": [], "exporter": []}
+    try:
+        for r in range(args.rounds):
+            order = ["collector", "exporter"] if r % 2 == 0 else ["exporter", "collector"]
+            for side in order:
+                # each side in a child python whose own rusage counts only that side
+                if side == "collector":
+                    argv = [sys.executable, str(folder / "collector.py"), str(args.seconds),
+                            *(str(j.pid) for j in jobs)]  # fmt: skip
+                    port = None
+                else:
+                    port = free_port()
+                    argv = [sys.executable, "-m", "gpudoctor", "--store", str(folder / "s.db"),
+                            "exporter", "--metrics", str(port), "--max-seconds",
+                            str(args.seconds)]  # fmt: skip
+                results[side].append(isolated(argv, args.seconds, port))
+                print(f"round {r + 1} {side}: {results[side][-1][0]:.2f}% of a core, "
+                      f"peak {results[side][-1][1] / 2**20:.0f} MB", flush=True)  # fmt: skip
+    finally:
+        for j in jobs:
+            j.kill()
+    print(f"exporter cost, {args.jobs} jobs, {args.rounds} rounds of {args.seconds:.0f} s a side "
+          f"(load average {load0:.2f} at the start, {os.getloadavg()[0]:.2f} at the end)")  # fmt: skip
+    for side, rows in results.items():
+        cpu = [c for c, _ in rows]
+        print(f"  {side:9s} CPU % of one core per round {[round(c, 2) for c in cpu]}, "
+              f"peak RSS {max(m for _, m in rows) / 2**20:.0f} MB")  # fmt: skip
+    e = sum(c for c, _ in results["exporter"]) / args.rounds
+    c = sum(c for c, _ in results["collector"]) / args.rounds
+    print(f"  exporter / collector CPU: {e / c:.1f}x; exporter {e:.2f}% of one core")
+
+
+def isolated(argv: list[str], seconds: float, port: int | None) -> tuple[float, int]:
+    """measure() in a child of its own, so that RUSAGE_CHILDREN counts only this side."""
+
+    code = (
+        f"import json, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import exporter_cost as b; "
+        "print(json.dumps(b.measure(json.loads(sys.argv[1]), float(sys.argv[2]), "
+        "json.loads(sys.argv[3]))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(argv), str(seconds), json.dumps(port)],
+        capture_output=True, text=True, check=True, cwd=ROOT,
+    )  # fmt: skip
+    cpu, peak = json.loads(out.stdout.strip().splitlines()[-1])
+    return float(cpu), int(peak)
+
+
+if __name__ == "__main__":
+    main()
