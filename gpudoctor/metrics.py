@@ -22,7 +22,7 @@ import contextlib
 import os
 import socket
 import statistics
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import psutil
@@ -67,6 +67,8 @@ class RunCollector(Collector):
 
     def __init__(self) -> None:
         self._latest: Snapshot | None = None  # swapped whole by the loop's thread
+        # told after each snapshot: the node's exporter is sent the series (pushed.py)
+        self.on_latest: Callable[[], None] | None = None
         # by (rank, pid, hostname): the median step of each snapshot in the job's first
         # hour, then (the hour over) their median, served from then on
         self._first_hour: dict[tuple[str, str, str], list[float]] = {}
@@ -88,6 +90,8 @@ class RunCollector(Collector):
                 self._first_hour.setdefault(key, []).append(median_ms / 1e3)
             elif key in self._first_hour:
                 self.first_hour_s[key] = statistics.median(self._first_hour.pop(key))
+        if self.on_latest is not None:
+            self.on_latest()
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         s = self.latest
@@ -291,6 +295,16 @@ JOB_LABELS = ["rank", "pid", "hostname"]
 IDENTITY_LABELS = ["user", "hpc_job", "pod", "namespace", "container"]
 
 
+@dataclass(frozen=True)
+class PushedEntry:
+    """A job whose own doctor sent its series (pushed.py): served as they came, with the
+    exporter's identity labels for it."""
+
+    pid: int
+    families: tuple[Metric, ...]
+    labels: dict[str, str]
+
+
 class NodeCollector(Collector):
     """`gpudoctor exporter`: every job on the node, from the entries the exporter's loop
     hands over whole each refresh (a scrape never waits on the loop). No device series:
@@ -298,9 +312,27 @@ class NodeCollector(Collector):
 
     def __init__(self) -> None:
         self.entries: tuple[NodeEntry, ...] = ()
+        self.pushed: tuple[PushedEntry, ...] = ()
 
     def collect(self) -> Iterator[Metric]:
+        """Each family once: the watched jobs' and the pushed jobs' samples together."""
+        pushed = self.pushed
+        families: dict[str, Metric] = {}
+        for family in self._own():
+            families[family.name] = family
+        for entry in pushed:
+            for family in entry.families:
+                mine = families.get(family.name)
+                if mine is None:
+                    mine = families[family.name] = Metric(
+                        family.name, family.documentation, family.type, family.unit
+                    )
+                mine.samples.extend(family.samples)
+        yield from families.values()
+
+    def _own(self) -> Iterator[Metric]:
         entries = self.entries
+        pushed = self.pushed
         snapshots = [e.snapshot for e in entries]
         yield from _steps(snapshots)
         yield _findings(snapshots)
@@ -324,6 +356,11 @@ class NodeCollector(Collector):
             "Share of the job's runnable time its threads waited for a core",
             labels=JOB_LABELS,
         )
+        here = socket.gethostname()
+        for p in pushed:  # the job's own doctor serves the rest
+            key = [p.labels.get("rank", ""), str(p.pid), here]
+            info.add_metric([*key, *(p.labels.get(k, "") for k in IDENTITY_LABELS)], 1)
+            running.add_metric(key, 1)
         for e in entries:
             key = list(_job_key(e.snapshot))
             info.add_metric([*key, *(e.labels.get(k, "") for k in IDENTITY_LABELS)], 1)
@@ -336,7 +373,7 @@ class NodeCollector(Collector):
         yield from (info, running, cpu, delay)
         yield GaugeMetricFamily(
             "gpudoctor_exporter_jobs", "Training jobs the exporter follows now",
-            value=sum(e.running for e in entries),
+            value=sum(e.running for e in entries) + len(pushed),
         )  # fmt: skip
         yield CounterMetricFamily(
             "gpudoctor_exporter_samplers_cpu_seconds",

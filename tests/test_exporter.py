@@ -9,8 +9,11 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
+import tempfile
+import time
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -50,6 +53,7 @@ def test_the_exporter_serves_every_training_job_on_the_node_to_prometheus(tmp_pa
     exporter = subprocess.Popen(
         [PY, "-m", "gpudoctor", "--store", str(tmp_path / "s.db"), "exporter", "--metrics",
          str(port), "--interval", "1", "--grace", "3"],
+        env={**os.environ, "GPUDOCTOR_EXPORTER_SOCKET": str(tmp_path / "exporter.sock")},
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         preexec_fn=as_from_a_terminal,
     )  # fmt: skip
@@ -77,8 +81,14 @@ def test_the_exporter_serves_every_training_job_on_the_node_to_prometheus(tmp_pa
             found = series(get(url), "gpudoctor_finding_estimated_gain_ratio")
             return {s["pid"] for s in found if s["id"] == "input-bound"}
 
-        assert str(loader.pid) in wait_for(input_bound, timeout=90)
-        text = get(url)
+        wait_for(lambda: str(loader.pid) in input_bound(), timeout=90)
+
+        def timed() -> str | None:  # its step time too (once py-spy read its loop's count)
+            text = get(url)
+            rows = series(text, "gpudoctor_step_seconds")
+            return text if str(loader.pid) in {r["pid"] for r in rows} else None
+
+        text = wait_for(timed, timeout=60)
         assert not {str(ranked.pid), str(later.pid)} & input_bound()
         # every per-job series says its node and pid; the rank and the Slurm job as read
         for name in ("gpudoctor_job_info", "gpudoctor_job_running", "gpudoctor_step_seconds",
@@ -124,6 +134,16 @@ def test_the_exporter_serves_every_training_job_on_the_node_to_prometheus(tmp_pa
                 p.wait()
 
 
+def values(text: str, name: str) -> dict[str, float]:
+    """`name`'s value by pid in an exposition."""
+    return {
+        s.labels["pid"]: s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == name
+    }
+
+
 def pids(text: str) -> set[str]:
     """The pids of the running jobs an exposition lists."""
     return {r["pid"] for r in series(text, "gpudoctor_job_running")}
@@ -159,3 +179,72 @@ def test_the_shipped_unit_and_daemonset_run_the_exporter_on_the_network() -> Non
         assert Path(command[0]).name == "gpudoctor"
         args = build_parser().parse_args(command[1:])
         assert args.command_name == "exporter" and args.metrics == "0.0.0.0:9187"
+
+
+def test_a_job_under_gpudoctor_run_is_served_from_its_own_doctor(tmp_path: Path) -> None:
+    """A `run` doctor on the node sends its series to the exporter: the job is served with
+    its counted steps (from outside they are not counted) and not watched from outside.
+    A datagram from another user speaking for a job not theirs is refused."""
+    # a folder other users can reach (pytest's are the owner's alone): the forged sender
+    shared = Path(tempfile.mkdtemp(prefix="gpudoctor-exporter-"))
+    shared.chmod(0o755)
+    sock = str(shared / "exporter.sock")
+    env = {**os.environ, "GPUDOCTOR_EXPORTER_SOCKET": sock}
+    port = free_port()
+    exporter = subprocess.Popen(
+        [PY, "-m", "gpudoctor", "--store", str(tmp_path / "s.db"), "exporter", "--metrics",
+         str(port), "--interval", "1"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        preexec_fn=as_from_a_terminal,
+    )  # fmt: skip
+    run = None
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        wait_for(lambda: os.path.exists(sock) and get(url), timeout=60)
+        run = subprocess.Popen(
+            [PY, "-m", "gpudoctor", "--store", str(tmp_path / "run.db"), "run", "--headless",
+             "--", PY, str(SAMPLES / "healthy.py"), "--seconds", "40"],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            preexec_fn=as_from_a_terminal,
+        )  # fmt: skip
+
+        def counted() -> dict[str, str] | None:
+            rows = series(get(url), "gpudoctor_steps")
+            job = [r for r in rows if r["pid"] != str(run.pid)]
+            return job[0] if job else None
+
+        wait_for(counted, timeout=60)
+        text = get(url)
+        steps = values(text, "gpudoctor_steps")
+        (job_pid,) = steps
+        assert steps[job_pid] > 0 and job_pid != str(run.pid)
+        assert job_pid in pids(text)  # its info and running series, from the exporter
+        # the doctor process itself is no training job, and the job is not watched here
+        assert str(run.pid) not in pids(text)
+        sessions = doctor("--store", str(tmp_path / "s.db"), "history").stdout
+        assert "healthy.py" not in sessions, sessions
+        # another user's datagram speaking for this (root's) job: refused, never served
+        if os.geteuid() == 0:
+            forged = f'gpudoctor_steps{{rank="",pid="{job_pid}",hostname="x"}} 4242424\n'
+            subprocess.run(
+                ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+                 "/usr/bin/python3", "-c",
+                 "import socket, sys; s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); "
+                 f"s.sendto(sys.argv[1].encode(), {sock!r})", forged],
+                check=True, timeout=30,
+            )  # fmt: skip
+            # taken at the exporter's next refresh (1 s), it would be served until the
+            # doctor's next push (up to 5 s later)
+            deadline = time.monotonic() + 3.0
+            while time.monotonic() < deadline:
+                assert 4242424 not in values(get(url), "gpudoctor_steps").values()
+                time.sleep(0.2)
+    finally:
+        for p in (run, exporter):
+            if p is not None and p.poll() is None:
+                p.send_signal(signal.SIGINT)
+                try:
+                    p.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+        shutil.rmtree(shared, ignore_errors=True)

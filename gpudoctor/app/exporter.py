@@ -19,7 +19,8 @@ from gpudoctor.app.run import conclude
 from gpudoctor.i18n import _
 from gpudoctor.jobs.node import NodeJob, training_jobs
 from gpudoctor.jobs.watched import WatchedJob, find_target
-from gpudoctor.metrics import NodeCollector, NodeEntry
+from gpudoctor.metrics import NodeCollector, NodeEntry, PushedEntry
+from gpudoctor.pushed import FRESH_S, PushedJob, Receiver, receiving_path
 from gpudoctor.snapshot import take
 from gpudoctor.sources.nvml import NvmlReader
 from gpudoctor.sources.stacks import AttachError, check_access
@@ -64,8 +65,23 @@ class Exporter:
         self.followed: dict[tuple[int, float], Followed] = {}
         self.known: dict[tuple[int, float], NodeJob] = {}
         self.refused: set[tuple[int, float]] = set()  # could not be watched: said once
+        self.awaiting: dict[tuple[int, float], float] = {}  # launched jobs: since when
         self.unreadable_said = False
         self.stopping = False
+        # the series `run` doctors on the node send (pushed.py): their jobs are not
+        # watched from outside while they come
+        self.receiver: Receiver | None = None
+        path = receiving_path()
+        if path is not None:
+            try:
+                self.receiver = Receiver(path)
+            except OSError as exc:
+                say(
+                    _(
+                        "gpudoctor exporter: cannot listen on {path} ({why}): jobs under "
+                        "gpudoctor run are watched from outside like the others"
+                    ).format(path=path, why=exc.strerror or exc)
+                )
 
     def run(self, max_seconds: float | None = None) -> None:
         """Refresh until `stop` (a signal's handler) or `max_seconds`; then leave every
@@ -91,6 +107,7 @@ class Exporter:
         """One look at the node and one turn of each job; the collector's entries."""
         census = training_jobs(self.known)
         self.known = {j.key: j for j in census.jobs}
+        self.awaiting = {k: t for k, t in self.awaiting.items() if k in self.known}
         if census.unreadable and not self.unreadable_said:
             self.unreadable_said = True
             self.say(
@@ -99,8 +116,18 @@ class Exporter:
                     "(run the exporter as root to follow every job on the node)"
                 ).format(n=census.unreadable)
             )
+        pushed = self._pushed()
         for node_job in census.jobs:
-            if node_job.key not in self.followed and node_job.key not in self.refused:
+            key = node_job.key
+            if node_job.pid in pushed:
+                f = self.followed.get(key)
+                if f is not None and f.ended_at is None:  # its own doctor speaks for it
+                    f.job.leave()
+                    self._conclude(f)
+                    del self.followed[key]
+            elif key not in self.followed and key not in self.refused:
+                if self._awaited(node_job):
+                    continue  # its doctor's first series are on their way
                 self._follow(node_job)
         now = time.monotonic()
         for key, f in list(self.followed.items()):
@@ -109,6 +136,27 @@ class Exporter:
             elif now - f.ended_at >= self.grace_s:
                 del self.followed[key]
         self.collector.entries = tuple(f.entry for f in self.followed.values() if f.entry)
+        self.collector.pushed = tuple(
+            PushedEntry(pid, tuple(job.families), self.known[key].labels)
+            for pid, job in pushed.items()
+            for key in [k for k in self.known if k[0] == pid][:1]
+        )
+
+    def _awaited(self, node_job: NodeJob) -> bool:
+        """A job under `gpudoctor run` is given FRESH_S for its doctor to send its
+        series (a doctor started before this exporter never does: then it is watched
+        from outside like the others)."""
+        if not node_job.launched or self.receiver is None:
+            return False
+        first = self.awaiting.setdefault(node_job.key, time.monotonic())
+        return time.monotonic() - first < FRESH_S
+
+    def _pushed(self) -> dict[int, PushedJob]:
+        """The jobs whose own doctor sent its series lately, by pid."""
+        if self.receiver is None:
+            return {}
+        self.receiver.take()
+        return self.receiver.fresh()
 
     def _follow(self, node_job: NodeJob) -> None:
         try:
@@ -161,3 +209,5 @@ class Exporter:
                 f.ended_at = time.monotonic()
                 self._conclude(f)
         self.nvml.close()
+        if self.receiver is not None:
+            self.receiver.close()

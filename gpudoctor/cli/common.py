@@ -219,15 +219,26 @@ def follow_in_tui(follower: Follower, lang: str, viewing: int | None = None) -> 
 
 def serve_metrics(args: argparse.Namespace, name: str) -> RunCollector | None:
     """`--metrics [HOST:]PORT`: started before the job (a port in use is one line and
-    exit 2, with nothing launched); None when not asked."""
-    if not getattr(args, "metrics", None):
-        return None
-    from gpudoctor.metrics import MetricsError, serve
+    exit 2, with nothing launched); and, where the node's exporter listens, the series
+    sent to it too (pushed.py); None when neither."""
+    from gpudoctor.pushed import listening_exporter
 
-    try:
-        return serve(args.metrics)
-    except MetricsError as exc:
-        raise UsageError(f"gpudoctor {name}: {exc}") from None
+    exporter = listening_exporter()
+    if not getattr(args, "metrics", None) and exporter is None:
+        return None
+    from gpudoctor.metrics import MetricsError, RunCollector, serve
+
+    collector = RunCollector()
+    if getattr(args, "metrics", None):
+        try:
+            collector = serve(args.metrics)
+        except MetricsError as exc:
+            raise UsageError(f"gpudoctor {name}: {exc}") from None
+    if exporter is not None:
+        from gpudoctor.pushed import Pusher
+
+        collector.on_latest = Pusher(exporter, collector).push
+    return collector
 
 
 def with_metrics(on_tick: OnTick, collector: RunCollector | None, source: JobSource) -> OnTick:

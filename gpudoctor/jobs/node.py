@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import psutil
 
 from gpudoctor.jobs.watched import WORKER_NAME, is_launcher, loading_torch
+from gpudoctor.probe import ENV_SOCKET
 
 _PYTHON = re.compile(r"^(python|pypy)[\d.]*$")
 # A label value that is an identifier: what does not match is left out (DCGM's exporter
@@ -42,6 +43,7 @@ class NodeJob:
     pid: int
     started_s: float  # with the pid, which process (a pid is reused once it has ended)
     labels: dict[str, str] = field(default_factory=dict)  # LABELS' values, "" unknown
+    launched: bool = False  # under `gpudoctor run`: its probe's variable in its environment
 
     @property
     def key(self) -> tuple[int, float]:
@@ -78,7 +80,7 @@ def training_jobs(known: dict[tuple[int, float], NodeJob] | None = None) -> Cens
             continue
         if not loading_torch(pid) or _helper(proc) or is_launcher(pid):
             continue
-        found.append(NodeJob(pid, key[1], identity(proc)))
+        found.append(NodeJob(pid, key[1], identity(proc), _launched(proc)))
     return Census(found, unreadable)
 
 
@@ -105,6 +107,13 @@ def _helper(proc: psutil.Process) -> bool:
     except psutil.Error:
         return True
     return "compile_worker" in command
+
+
+def _launched(proc: psutil.Process) -> bool:
+    try:
+        return ENV_SOCKET in proc.environ()
+    except psutil.Error:
+        return False
 
 
 def identity(proc: psutil.Process) -> dict[str, str]:
