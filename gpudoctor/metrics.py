@@ -93,7 +93,7 @@ class RunCollector(Collector):
         if self.on_latest is not None:
             self.on_latest()
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         s = self.latest
         if s is None:
             return
@@ -145,14 +145,13 @@ def _medians(s: Snapshot) -> list[tuple[tuple[str, str, str], float]]:
     return [] if s.step_p50_ms is None else [(_job_key(s), s.step_p50_ms)]
 
 
-def _steps(snapshots: list[Snapshot]) -> Iterator[GaugeMetricFamily]:
+def _steps(snapshots: list[Snapshot]) -> Iterator[Metric]:
     """The step series of each job (each family once, whatever the number of jobs)."""
     labels = ["rank", "pid", "hostname"]
     here = socket.gethostname()
-    step = GaugeMetricFamily(
-        "gpudoctor_step_seconds", "Training step time (recent steps)",
-        labels=[*labels, "quantile"],
-    )  # fmt: skip
+    # quantiles of recent steps: a summary's samples (a gauge may not carry `quantile`,
+    # promtool check metrics says); no _count or _sum, the steps are gpudoctor_steps
+    step = StepQuantiles("gpudoctor_step_seconds", "Training step time (recent steps)", "summary")
     wait = GaugeMetricFamily(
         "gpudoctor_data_wait_ratio", "Share of step time waiting for input", labels=labels
     )
@@ -175,12 +174,21 @@ def _steps(snapshots: list[Snapshot]) -> Iterator[GaugeMetricFamily]:
         labels=[*labels, "gpu", "UUID"],
     )  # fmt: skip
     for s in snapshots:
-        _add_steps(s, here, (step, wait, comm, own, rate, steps, gpu))
+        _add_steps(s, here, step, (wait, comm, own, rate, steps, gpu))
     yield from (step, wait, comm, own, rate, steps, gpu)
 
 
-def _add_steps(s: Snapshot, here: str, families: tuple[GaugeMetricFamily, ...]) -> None:
-    step, wait, comm, own, rate, steps, gpu = families
+class StepQuantiles(Metric):
+    def add_metric(self, values: list[str], value: float) -> None:
+        """A quantile's sample: `values` are the labels' values, the quantile last."""
+        names = ("rank", "pid", "hostname", "quantile")
+        self.add_sample(self.name, dict(zip(names, values, strict=True)), value)
+
+
+def _add_steps(
+    s: Snapshot, here: str, step: StepQuantiles, gauges: tuple[GaugeMetricFamily, ...]
+) -> None:
+    wait, comm, own, rate, steps, gpu = gauges
     uuids = {g.index: g.uuid or "" for g in s.gpus}
     if s.ranks:
         for r in s.ranks:

@@ -102,6 +102,12 @@ def test_the_exporter_serves_every_training_job_on_the_node_to_prometheus(tmp_pa
         assert (
             "healthy" not in text and "dataloader_bound" not in text and str(tmp_path) not in text
         )
+        # Prometheus' own linter finds nothing in it
+        linted = subprocess.run(
+            ["promtool", "check", "metrics"], input=text, capture_output=True, text=True,
+            timeout=60,
+        )  # fmt: skip
+        assert linted.returncode == 0 and not linted.stdout.strip(), linted.stdout + linted.stderr
         # no device series: DCGM's exporter serves those
         assert "gpudoctor_gpu_utilization_ratio" not in text
         # Prometheus scraped it: a job's series joined to its scheduler job
