@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from test_metrics import free_port
 
 from gpudoctor.diagnosis.engine import RULES
-from gpudoctor.metrics import RunCollector, serve
+from gpudoctor.metrics import NodeCollector, NodeEntry, RunCollector, serve, serve_collector
 from gpudoctor.snapshot import take
 
 RULES_DIR = ROOT / "deploy" / "prometheus"
@@ -141,6 +141,13 @@ def _served() -> set[str]:
     collector.latest = dataclasses.replace(s, elapsed_s=s.elapsed_s + 3600)
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
         text = response.read().decode()
+    # and what the node exporter serves for the same job
+    node = NodeCollector()
+    node.entries = (NodeEntry(s, True, {"user": "alice", "hpc_job": "77"}),)
+    port = free_port()
+    serve_collector(f"127.0.0.1:{port}", node)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text += response.read().decode()
     return {s.name for f in text_string_to_metric_families(text) for s in f.samples}
 
 
