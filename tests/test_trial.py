@@ -186,6 +186,9 @@ def test_a_trial_beside_busy_processes_says_so_and_claims_no_gain(tmp_path: Path
         "the machine was busy" in proc.stderr
         and "the result is for the machine as it was" in proc.stderr
     )
+    # two runs a side on a machine busy throughout: no change claimed, and why
+    assert busy["too_few_runs"] and result["verdict"] == "no better than noise", result
+    assert "no change claimed" in proc.stderr and "--extra-pairs" in proc.stderr
     # the verdict rests on the wider interval, and says why
     assert result["judged"]["level"] == 0.99 and result["judged"]["why"] == "busy", result
     assert "other processes took the job's cores through these runs" in proc.stderr
@@ -391,6 +394,13 @@ def test_runs_on_a_machine_busy_throughout_are_judged_on_the_99_percent_interval
     }  # fmt: skip
     quiet = Comparison.of([arm(w) for w in walls], [arm([x / 1.10 for x in w]) for w in walls])
     assert quiet.verdict == "faster" and quiet.judged is None
+    # a clear 2x on three runs a side is claimed; on two runs a side it is not: a spell
+    # of the neighbours' load over both baseline runs reads the same
+    twice = Comparison.of(base, [crowded([x / 2 for x in w]) for w in walls])
+    assert twice.verdict == "faster" and not twice.too_few_runs
+    two = Comparison.of(base[:2], [crowded([x / 2 for x in w]) for w in walls[:2]])
+    assert two.too_few_runs and two.verdict == "no better than noise", two.decided_on
+    assert two.decided_on[0] > 1.0  # the interval alone would have claimed it
 
 
 def test_a_baseline_whose_step_times_never_arrived_is_not_called_short() -> None:

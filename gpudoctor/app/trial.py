@@ -232,7 +232,9 @@ def settle(
     from noise (prescribe/trial.py's `undecided`), up to `extra_pairs`; `run_pair` runs
     the sides in the order given and compares again (None: no time left for it)."""
     done = 0
-    while done < extra_pairs and undecided(comparison.speedup, comparison.decided_on):
+    while done < extra_pairs and (
+        undecided(comparison.speedup, comparison.decided_on) or comparison.too_few_runs
+    ):
         lo, hi = comparison.decided_on
         progress(
             _(

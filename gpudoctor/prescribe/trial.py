@@ -300,6 +300,11 @@ EXTRA_PAIRS = 2
 # so two runs a side do not sample it (a change that does nothing read 2.03x
 # [0.92, 4.50] at 95% beside two busy processes here, and "faster" once in CI).
 JUDGED_LEVEL = 0.99
+# ...and with fewer runs a side than this they claim no change at all: two runs a side
+# beside two busy processes read a change that does nothing as anything from 0.36x to
+# 2.03x here, and "faster" on the 99% interval once in CI (both baseline runs slowed by a
+# spell of load, both treatment runs not): their spread says nothing about the load's.
+MIN_BUSY_RUNS = 3
 
 
 def undecided(speedup: float, ci: tuple[float, float]) -> bool:
@@ -418,6 +423,8 @@ class Comparison:
     # after a look), and the interval the verdict rests on after the first (JUDGED_LEVEL)
     looks: int = 1
     judged: tuple[float, float] | None = None
+    # busy throughout with fewer than MIN_BUSY_RUNS runs a side: no change claimed
+    too_few_runs: bool = False
 
     @classmethod
     def of(cls, baseline: Sequence[Arm], treatment: Sequence[Arm], looks: int = 1) -> Comparison:
@@ -432,9 +439,13 @@ class Comparison:
         levels = (0.95, JUDGED_LEVEL) if looks > 1 or crowded else (0.95,)
         point, (ci, *judging) = speedups(baseline, treatment, levels=levels)
         judged = judging[0] if judging else None
+        said = verdict(judged or ci, treatment)
+        too_few = crowded and min(len(baseline), len(treatment)) < MIN_BUSY_RUNS
+        if too_few and said in ("faster", "slower"):
+            said = "no better than noise"
         return cls(
             Side(tuple(baseline)), Side(tuple(treatment)), point, ci,
-            verdict(judged or ci, treatment), crowding, loss, looks, judged,
+            said, crowding, loss, looks, judged, too_few,
         )  # fmt: skip
 
     @property
@@ -468,7 +479,11 @@ class Comparison:
             "ci95": [round(self.ci95[0], 4), round(self.ci95[1], 4)],
             "verdict": self.verdict,
             "judged": self.judged_as_dict(),
-            "machine_busy": self.crowding.as_dict() if self.crowding else None,
+            "machine_busy": (
+                {**self.crowding.as_dict(), "too_few_runs": self.too_few_runs}
+                if self.crowding
+                else None
+            ),
             "loss": self.loss.as_dict() if self.loss else None,
         }
 

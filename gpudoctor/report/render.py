@@ -379,6 +379,8 @@ def trial_text(r: TrialResult) -> str:
         lines.append("  " + judged_words(c.looks, *c.judged, c.judged_why))
     if c.crowding is not None:
         lines.append(f"  {c.crowding.words()}")
+    if c.too_few_runs:
+        lines.append("  " + too_few_runs_words())
     if any(a.changes_numerics for a in r.applied):
         lines.append("  " + _("changes numerics: {loss}").format(loss=loss_words(c)))
     lines.append(
@@ -400,6 +402,16 @@ def judged_words(looks: int, low: float, high: float, why: str = "looks") -> str
         "verdict on the 99% interval {low:.2f}-{high:.2f}x: these runs were compared {n} "
         "times, and each look more is another chance for noise to read as a change"
     ).format(low=low, high=high, n=looks)
+
+
+def too_few_runs_words() -> str:
+    """Why a trial on a machine busy throughout claims no change (prescribe/trial.py's
+    MIN_BUSY_RUNS)."""
+    return _(
+        "no change claimed: with other processes taking the cores throughout, fewer than "
+        "three runs a side cannot tell the change from their load (--extra-pairs 1 or more "
+        "runs more)"
+    )
 
 
 def extra_pairs_words(n: int) -> str:
@@ -484,6 +496,8 @@ def trial_markdown(r: TrialResult) -> str:
         lines.append(f"- {judged_words(c.looks, *c.judged, c.judged_why)}")
     if c.crowding is not None:
         lines.append(f"- {c.crowding.words()}")
+    if c.too_few_runs:
+        lines.append(f"- {too_few_runs_words()}")
     lines += [
         "- "
         + _("applied `{remedy}` via {via}: {change}").format(
