@@ -25,6 +25,7 @@ Where no route exists, `InjectError` says what is missing and how to allow it.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import platform
 import re
@@ -75,8 +76,10 @@ def _gpudoctor_importing(sys):
 
 
 def _gpudoctor_boot():
-    import sys  # built in: no import machinery runs for it
-
+    try:
+        import sys  # built in: no import machinery runs for it
+    except ImportError:  # the module table is not itself (the interpreter finalising)
+        return "importing"
     if _gpudoctor_importing(sys):
         return "importing"
     import importlib.util
@@ -134,6 +137,26 @@ commands
 end
 continue
 """
+
+
+def main_thread_importing(py_spy: str | None, pid: int) -> bool | None:
+    """Whether the job's main thread is inside an import now, read from outside without
+    pausing it (py-spy's non-blocking dump); None where that cannot be told."""
+    if py_spy is None:
+        return None
+    try:
+        done = subprocess.run(
+            [py_spy, "dump", "--pid", str(pid), "--nonblocking", "--json"],
+            capture_output=True, text=True, timeout=10,
+        )  # fmt: skip
+        threads = json.loads(done.stdout)
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return None
+    for thread in threads if isinstance(threads, list) else []:
+        if thread.get("os_thread_id") == pid:  # the main thread's id is the process's
+            frames = thread.get("frames") or []
+            return any("importlib._bootstrap" in (f.get("filename") or "") for f in frames)
+    return None
 
 
 class InjectError(Exception):
@@ -250,12 +273,7 @@ def inject(pid: int, folder: str, settings: dict[str, object], route: str) -> st
             if text:
                 return text
         time.sleep(0.05)
-    raise InjectError(
-        _(
-            "pid {pid} did not reach a point where Python code can run within {seconds:.0f} s "
-            "(its main thread is inside one long call): nothing was injected"
-        ).format(pid=pid, seconds=RESULT_WAIT_S)
-    )
+    raise InjectError(_no_safe_point(pid, RESULT_WAIT_S))
 
 
 def _remote_exec(pid: int, boot: str) -> None:
@@ -288,11 +306,13 @@ def _gdb(pid: int, boot: str) -> None:
         text=True,
         start_new_session=True,  # the doctor's Ctrl-C is not gdb's
     )
+    timed_out = False
     try:
         output, _unused = gdb.communicate(timeout=SAFE_POINT_WAIT_S)
     except subprocess.TimeoutExpired:
         # still waiting for the safe point: interrupted, gdb detaches as it quits (a
         # pending call left behind is a harmless function the job calls once)
+        timed_out = True
         gdb.send_signal(signal.SIGINT)
         try:
             output, _unused = gdb.communicate(timeout=10)
@@ -301,7 +321,16 @@ def _gdb(pid: int, boot: str) -> None:
             output, _unused = gdb.communicate()
     if re.search(r"^\$2 = ", output, re.MULTILINE):
         return  # the script ran (its call returned: gdb printed the value)
+    if timed_out:
+        raise InjectError(_no_safe_point(pid, SAFE_POINT_WAIT_S))
     raise InjectError(_refused(pid, output))
+
+
+def _no_safe_point(pid: int, seconds: float) -> str:
+    return _(
+        "pid {pid} did not reach a point where Python code can run within {seconds:.0f} s "
+        "(its main thread is inside one long call): nothing was injected"
+    ).format(pid=pid, seconds=seconds)
 
 
 def _refused(pid: int, output: str) -> str:

@@ -22,14 +22,20 @@ import psutil
 from gpudoctor import run_folders
 from gpudoctor.i18n import _
 from gpudoctor.jobs.captures import CAPTURE_WAIT_S, Captures
-from gpudoctor.jobs.inject import InjectError, check_route, inject, settings_for
+from gpudoctor.jobs.inject import (
+    InjectError,
+    check_route,
+    inject,
+    main_thread_importing,
+    settings_for,
+)
 from gpudoctor.jobs.source import Recorder, ask_for_profile
 from gpudoctor.model import EndedBy, GpuSample, HostSample, JobExit, StackChunk
 from gpudoctor.sources.host import HostReader
 from gpudoctor.sources.nvml import NvmlReader
 from gpudoctor.sources.probe_server import ProbeServer
 from gpudoctor.sources.rendezvous import launcher_at
-from gpudoctor.sources.stacks import AttachError, StackSampler
+from gpudoctor.sources.stacks import AttachError, StackSampler, find_py_spy
 from gpudoctor.store import Store, encode
 
 # Recent torch names its DataLoader workers' processes so (prctl PR_SET_NAME): they no
@@ -39,8 +45,11 @@ WORKER_NAME = "pt_data_worker"
 LEAVE_WAIT_S = 2.0
 # A job still importing torch when the probe comes: tried again, once a second, this long.
 TORCH_WAIT_S = 15.0
-# A job paused inside an import (its start, a lazy import) is tried again this soon, until
-# TORCH_WAIT_S: each try pauses it once more (bench/RESULTS.md: ~0.12 s).
+# A job inside an import (its start, a lazy import) is waited for this long: looked at
+# from outside every IMPORT_RETRY_S (py-spy's non-blocking read, no pause), and paused
+# only when it seems past it (each pause ~0.12 s: bench/RESULTS.md); the boot script
+# looks again at the pause. Under a loaded machine `import torch` alone took over 15 s.
+IMPORT_WAIT_S = 60.0
 IMPORT_RETRY_S = 0.5
 _PYTHON_EXE = re.compile(r"^(python|pypy)[\d.]*[dmu]*$")
 
@@ -354,19 +363,23 @@ class ProbeFolder:
         self.pids = pids
 
     def _inject_one(self, pid: int, settings: dict[str, object], route: str) -> str:
-        """What the probe said in `pid`; a job still loading torch, or paused inside an
+        """What the probe said in `pid`; a job still loading torch, or inside an
         import, is tried again."""
-        deadline = time.monotonic() + TORCH_WAIT_S
+        py_spy = find_py_spy()
+        start = time.monotonic()
         while True:
+            waited = time.monotonic() - start
+            if waited < IMPORT_WAIT_S and main_thread_importing(py_spy, pid):
+                time.sleep(IMPORT_RETRY_S)  # no pause while it imports
+                continue
             try:
                 said = inject(pid, self.folder, settings, route)
             except InjectError as exc:
                 raise AttachError(str(exc)) from None
-            if time.monotonic() >= deadline:
-                return said
-            if said == "importing":
+            waited = time.monotonic() - start
+            if said == "importing" and waited < IMPORT_WAIT_S:
                 time.sleep(IMPORT_RETRY_S)
-            elif said == "no-torch" and loading_torch(pid):
+            elif said == "no-torch" and waited < TORCH_WAIT_S and loading_torch(pid):
                 time.sleep(1.0)
             else:
                 return said
@@ -482,7 +495,7 @@ def _refusal(pid: int, said: str) -> str:
         return _(
             "pid {pid} was inside an import each time it was paused for {seconds:.0f} s: "
             "nothing was injected (try again once it is past its imports)"
-        ).format(pid=pid, seconds=TORCH_WAIT_S)
+        ).format(pid=pid, seconds=IMPORT_WAIT_S)
     if said == "no-torch":
         return _(
             "pid {pid} has not loaded torch: nothing for the probe to measure (watch it "
