@@ -35,6 +35,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import psutil
+
 from gpudoctor import probe
 from gpudoctor.i18n import _
 
@@ -59,6 +61,12 @@ IMPORTERS = (
     "importlib._bootstrap", "importlib._bootstrap_external",
     "_frozen_importlib", "_frozen_importlib_external",
 )  # fmt: skip
+# Nor between bytecodes of code that C called with no program below it: its bottom
+# frame is then not the program's (a script's or `-c`'s <module>, runpy's for `-m`). The
+# pending call once ran in a weakref callback during a garbage collection of a
+# torch.compile job, and the probe's thread start there crashed it (SIGSEGV, the compat
+# suite, one injection in three).
+BOTTOMS = ("<module>", "_run_module_as_main", "_run_code")
 PASSED_SIGNALS = (
     "SIGCHLD", "SIGALRM", "SIGUSR1", "SIGUSR2", "SIGPIPE", "SIGWINCH", "SIGTERM", "SIGHUP",
     "SIGPROF", "SIGVTALRM", "SIGIO", "SIGURG", "SIGCONT", "SIGTTIN", "SIGTTOU", "SIGQUIT",
@@ -66,13 +74,16 @@ PASSED_SIGNALS = (
 _VERSION = re.compile(r"(?:lib)?python(\d)\.(\d+)")
 
 BOOT = """\
-def _gpudoctor_importing(sys):
-    frame = sys._getframe(1)
+def _gpudoctor_not_now(sys):
+    frame, bottom = sys._getframe(1), None
     while frame is not None:
         if frame.f_globals.get("__name__") in {importers!r}:
-            return True
-        frame = frame.f_back
-    return False
+            return True  # inside an import
+        frame, bottom = frame.f_back, frame
+    # called from C with no program below: a garbage collector's weakref callback or
+    # finaliser, an atexit function (the interpreter finalising)
+    code = bottom.f_code if bottom is not None else None
+    return code is not None and code.co_name not in {bottoms!r}
 
 
 def _gpudoctor_boot():
@@ -80,7 +91,7 @@ def _gpudoctor_boot():
         import sys  # built in: no import machinery runs for it
     except ImportError:  # the module table is not itself (the interpreter finalising)
         return "importing"
-    if _gpudoctor_importing(sys):
+    if _gpudoctor_not_now(sys):
         return "importing"
     import importlib.util
 
@@ -260,6 +271,7 @@ def inject(pid: int, folder: str, settings: dict[str, object], route: str) -> st
             settings={**settings, "route": route},
             result=result,
             importers=set(IMPORTERS),
+            bottoms=set(BOTTOMS),
         )
     )
     if route == "remote_exec":
@@ -272,8 +284,22 @@ def inject(pid: int, folder: str, settings: dict[str, object], route: str) -> st
             text = Path(result).read_text()
             if text:
                 return text
+        if not running(pid):  # it ended (its interpreter finalising ran the script)
+            raise InjectError(ended_before(pid))
         time.sleep(0.05)
     raise InjectError(_no_safe_point(pid, RESULT_WAIT_S))
+
+
+def running(pid: int) -> bool:
+    """The process is there and not a zombie."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def ended_before(pid: int) -> str:
+    return _("pid {pid} ended before the probe could start: nothing was injected").format(pid=pid)
 
 
 def _remote_exec(pid: int, boot: str) -> None:
@@ -321,6 +347,10 @@ def _gdb(pid: int, boot: str) -> None:
             output, _unused = gdb.communicate()
     if re.search(r"^\$2 = ", output, re.MULTILINE):
         return  # the script ran (its call returned: gdb printed the value)
+    if re.search(r"^\[Inferior \d+ \(process \d+\) exited", output, re.MULTILINE) or not running(
+        pid
+    ):
+        raise InjectError(ended_before(pid))
     if timed_out:
         raise InjectError(_no_safe_point(pid, SAFE_POINT_WAIT_S))
     raise InjectError(_refused(pid, output))

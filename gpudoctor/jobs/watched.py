@@ -25,8 +25,10 @@ from gpudoctor.jobs.captures import CAPTURE_WAIT_S, Captures
 from gpudoctor.jobs.inject import (
     InjectError,
     check_route,
+    ended_before,
     inject,
     main_thread_importing,
+    running,
     settings_for,
 )
 from gpudoctor.jobs.source import Recorder, ask_for_profile
@@ -372,6 +374,8 @@ class ProbeFolder:
             if waited < IMPORT_WAIT_S and main_thread_importing(py_spy, pid):
                 time.sleep(IMPORT_RETRY_S)  # no pause while it imports
                 continue
+            if not running(pid):
+                raise AttachError(ended_before(pid))
             try:
                 said = inject(pid, self.folder, settings, route)
             except InjectError as exc:
