@@ -195,9 +195,14 @@ def test_the_job_is_the_same_under_the_doctor(script: Path, tmp_path: Path) -> N
     # injected and left: the same exit code, output and stderr as the plain run
     i_err = normalized((injected_dir / "stderr").read_text())
     assert "Traceback" not in injector_said, injector_said
-    # the probe went in, unless the job was ending as the doctor tried (a process that
-    # finalises runs no pending call; its torch is being torn down)
-    assert injecting.returncode == 0 or ended["job"] < ended["injector"] + 1.0, injector_said
+    # the probe went in, unless the job was ending as the doctor tried: it said so, or the
+    # job ended within seconds of the doctor giving up (a process that finalises runs no
+    # pending call, py-spy may not read it, and tearing torch down took up to 3 s here)
+    assert (
+        injecting.returncode == 0
+        or "ended before the probe could start" in injector_said
+        or ended["job"] < ended["injector"] + 5.0
+    ), injector_said
     assert exit_code(injected.returncode) == spec.exit, ("injected", i_err[-3000:])
     assert (injected_dir / "stdout").read_text() == printed, ("injected", injector_said)
     assert i_err == err, ("injected", injector_said)
