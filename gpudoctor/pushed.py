@@ -153,7 +153,15 @@ class Receiver:
         except (ValueError, UnicodeDecodeError):
             return
         kept = [f for f in families if not f.name.startswith(NOT_THE_JOBS)]
-        pids = {s.labels["pid"] for f in kept for s in f.samples if s.labels.get("pid")}
+        # this node's ranks only: a multi-node run's doctor serves the others' too (their
+        # pids are another machine's)
+        here = socket.gethostname()
+        pids = {
+            s.labels["pid"]
+            for f in kept
+            for s in f.samples
+            if s.labels.get("pid") and s.labels.get("hostname") == here
+        }
         now = time.monotonic()
         for text in pids:
             if not text.isdigit():
@@ -183,7 +191,10 @@ def _only(family: Metric, pid: str) -> Metric:
     from prometheus_client.metrics_core import Metric
 
     out = Metric(family.name, family.documentation, family.type, family.unit)
-    out.samples = [s for s in family.samples if s.labels.get("pid") == pid]
+    here = socket.gethostname()
+    out.samples = [
+        s for s in family.samples if s.labels.get("pid") == pid and s.labels.get("hostname") == here
+    ]
     return out
 
 

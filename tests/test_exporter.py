@@ -11,6 +11,7 @@ import os
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -231,7 +232,8 @@ def test_a_job_under_gpudoctor_run_is_served_from_its_own_doctor(tmp_path: Path)
         assert "healthy.py" not in sessions, sessions
         # another user's datagram speaking for this (root's) job: refused, never served
         if os.geteuid() == 0:
-            forged = f'gpudoctor_steps{{rank="",pid="{job_pid}",hostname="x"}} 4242424\n'
+            here = socket.gethostname()
+            forged = f'gpudoctor_steps{{rank="",pid="{job_pid}",hostname="{here}"}} 4242424\n'
             subprocess.run(
                 ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
                  "/usr/bin/python3", "-c",

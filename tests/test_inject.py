@@ -288,7 +288,7 @@ def test_a_job_paused_inside_an_import_gets_the_probe_once_the_import_is_over(
             while time.monotonic() < end:
                 loss = model(torch.randn(4, 8)).square().mean()
                 opt.zero_grad(); loss.backward(); opt.step()
-                time.sleep(0.01)
+                time.sleep(0.02)
             print("done")
             """
         )
@@ -309,6 +309,59 @@ def test_a_job_paused_inside_an_import_gets_the_probe_once_the_import_is_over(
     assert out.read_text().splitlines() == [
         "importing", "probe loaded inside the import: False", "done"
     ]  # fmt: skip
+    assert r["mode"] == "inject" and r["steps"]["count"] > 0
+
+
+def test_a_job_paused_inside_a_garbage_collection_gets_the_probe_outside_it(
+    tmp_path: Path,
+) -> None:
+    """Most of this job's time is inside a collection (a finaliser that waits, called by
+    gc.collect with the program below it): the probe never starts there (its thread
+    start inside a collection crashed a torch.compile job), and attaches outside one."""
+    job_script = tmp_path / "collects.py"
+    job_script.write_text(
+        textwrap.dedent(
+            """
+            import gc, sys, time, torch
+
+            class Cycle:
+                def __init__(self):
+                    self.me = self
+                def __del__(self):
+                    before = "_gpudoctor_probe" in sys.modules
+                    time.sleep(0.03)
+                    if not before and "_gpudoctor_probe" in sys.modules:
+                        print("probe loaded inside a collection", flush=True)
+
+            torch.manual_seed(0)
+            model = torch.nn.Linear(8, 2)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            print("collecting", flush=True)
+            end = time.monotonic() + 15
+            while time.monotonic() < end:
+                Cycle()
+                gc.collect()
+                loss = model(torch.randn(4, 8)).square().mean()
+                opt.zero_grad(); loss.backward(); opt.step()
+                time.sleep(0.02)
+            print("done")
+            """
+        )
+    )
+    out = tmp_path / "out.txt"
+    with out.open("w") as sink:
+        job = subprocess.Popen(
+            [PY, str(job_script)], stdout=sink, stderr=subprocess.PIPE, text=True,
+            cwd=tmp_path, preexec_fn=as_from_a_terminal,
+        )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while "collecting" not in out.read_text():
+        assert time.monotonic() < deadline and job.poll() is None
+        time.sleep(0.05)
+    r: Any = attach_for(job.pid, "3", tmp_path / "r.json")
+    _, err = job.communicate(timeout=60)
+    assert job.returncode == 0 and err == "", err
+    assert out.read_text().splitlines() == ["collecting", "done"]
     assert r["mode"] == "inject" and r["steps"]["count"] > 0
 
 

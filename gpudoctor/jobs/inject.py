@@ -61,11 +61,11 @@ IMPORTERS = (
     "importlib._bootstrap", "importlib._bootstrap_external",
     "_frozen_importlib", "_frozen_importlib_external",
 )  # fmt: skip
-# Nor between bytecodes of code that C called with no program below it: its bottom
-# frame is then not the program's (a script's or `-c`'s <module>, runpy's for `-m`). The
-# pending call once ran in a weakref callback during a garbage collection of a
-# torch.compile job, and the probe's thread start there crashed it (SIGSEGV, the compat
-# suite, one injection in three).
+# Nor inside a garbage collection, nor in code that C called with no program below it
+# (its bottom frame is then not the program's: a script's or `-c`'s <module>, runpy's for
+# `-m`). The pending call once ran in a weakref callback during a garbage collection of
+# a torch.compile job, and the probe's thread start there crashed it (SIGSEGV, the
+# compat suite, one injection in three).
 BOTTOMS = ("<module>", "_run_module_as_main", "_run_code")
 PASSED_SIGNALS = (
     "SIGCHLD", "SIGALRM", "SIGUSR1", "SIGUSR2", "SIGPIPE", "SIGWINCH", "SIGTERM", "SIGHUP",
@@ -83,7 +83,18 @@ def _gpudoctor_not_now(sys):
     # called from C with no program below: a garbage collector's weakref callback or
     # finaliser, an atexit function (the interpreter finalising)
     code = bottom.f_code if bottom is not None else None
-    return code is not None and code.co_name not in {bottoms!r}
+    if code is not None and code.co_name not in {bottoms!r}:
+        return True
+    # inside a garbage collection (a finaliser called with the program below): a
+    # collection asked for there is skipped, so the young generation's count of
+    # collections stays as it was (outside one, it is a young collection as the
+    # interpreter runs every few hundred allocations)
+    gc = sys.modules.get("gc")
+    if gc is None:
+        return True
+    before = gc.get_stats()[0]["collections"]
+    gc.collect(0)
+    return gc.get_stats()[0]["collections"] == before
 
 
 def _gpudoctor_boot():
@@ -171,7 +182,13 @@ def main_thread_importing(py_spy: str | None, pid: int) -> bool | None:
 
 
 class InjectError(Exception):
-    """The probe cannot be injected: one line saying what is missing and how to allow it."""
+    """The probe cannot be injected: one line saying what is missing and how to allow it.
+    `again`: nothing is known to be in the way (gdb ran and detached, the script did not
+    say): worth another try."""
+
+    def __init__(self, message: str, again: bool = False) -> None:
+        super().__init__(message)
+        self.again = again
 
 
 def python_version(pid: int) -> tuple[int, int] | None:
@@ -353,7 +370,10 @@ def _gdb(pid: int, boot: str) -> None:
         raise InjectError(ended_before(pid))
     if timed_out:
         raise InjectError(_no_safe_point(pid, SAFE_POINT_WAIT_S))
-    raise InjectError(_refused(pid, output))
+    said = _refused(pid, output)
+    # gdb detached without the script's value: the call was unwound (a signal inside it;
+    # gdb restores the thread as it was), seen once in a few hundred injections
+    raise InjectError(said, again="could not inject" in said or "signaled" in output)
 
 
 def _no_safe_point(pid: int, seconds: float) -> str:

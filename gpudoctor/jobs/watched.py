@@ -369,6 +369,7 @@ class ProbeFolder:
         import, is tried again."""
         py_spy = find_py_spy()
         start = time.monotonic()
+        tries_left = 2  # an attempt gdb gave up without a reason (InjectError.again)
         while True:
             waited = time.monotonic() - start
             if waited < IMPORT_WAIT_S and main_thread_importing(py_spy, pid):
@@ -379,7 +380,11 @@ class ProbeFolder:
             try:
                 said = inject(pid, self.folder, settings, route)
             except InjectError as exc:
-                raise AttachError(str(exc)) from None
+                if not exc.again or tries_left == 0:
+                    raise AttachError(str(exc)) from None
+                tries_left -= 1
+                time.sleep(IMPORT_RETRY_S)
+                continue
             waited = time.monotonic() - start
             if said == "importing" and waited < IMPORT_WAIT_S:
                 time.sleep(IMPORT_RETRY_S)
