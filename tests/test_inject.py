@@ -1,13 +1,14 @@
 """`gpudoctor watch --pid N --inject`: the probe loaded into a job that was started
-without the doctor, for real (gdb on this machine's CPython), and removed again."""
+without the doctor, for real (the doctor's own ptrace call on x86-64, gdb elsewhere, on
+this machine's CPython), and removed again."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
+import platform
 import shutil
-import signal
 import subprocess
 import sys
 import textwrap
@@ -32,10 +33,13 @@ from gpudoctor.tui.widgets import JobPanel
 pytestmark = [
     pytest.mark.timeout(240),
     pytest.mark.skipif(
-        shutil.which("gdb") is None or sys.version_info >= (3, 14),
-        reason="the gdb route needs gdb (apt-get install gdb) and CPython 3.10-3.13",
+        sys.version_info >= (3, 14)
+        or (platform.machine() != "x86_64" and shutil.which("gdb") is None),
+        reason="these routes are for CPython 3.10-3.13; off x86-64 they need gdb",
     ),
 ]
+
+ROUTE = "ptrace" if platform.machine() == "x86_64" else "gdb"  # CPython 3.10-3.13
 
 # An input-bound job whose results depend only on its step count: each sample is made by
 # a fixed amount of CPU work and a wait in the DataLoader's main-process loading
@@ -137,11 +141,13 @@ def start(script: Path, tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
     return job, log
 
 
-def attach_for(pid: int, seconds: str, report: Path, *more: str) -> dict[str, object]:
+def attach_for(
+    pid: int, seconds: str, report: Path, *more: str, env: dict[str, str] | None = None
+) -> dict[str, object]:
     """`watch --pid PID --inject` for `seconds`, headless: its report (it must succeed)."""
     watched = doctor(
         "watch", "--pid", str(pid), "--inject", *more, "--headless", "--max-seconds", seconds,
-        "--report", str(report), timeout=120,
+        "--report", str(report), timeout=120, env=env,
     )  # fmt: skip
     assert watched.returncode == 0, watched.stderr
     loaded: dict[str, object] = json.loads(report.read_text())
@@ -231,12 +237,14 @@ def test_inject_refused_where_ptrace_is_not_allowed_leaves_the_job_untouched(
          "from gpudoctor.jobs import inject\n"
          "folder = tempfile.mkdtemp()\n"
          "try:\n"
-         f"    inject.inject({job.pid}, folder, {{'socket': folder + '/s'}}, 'gdb')\n"
+         f"    inject.inject({job.pid}, folder, {{'socket': folder + '/s'}}, {ROUTE!r})\n"
          "except inject.InjectError as exc:\n"
          "    print(exc)\n"],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
-    assert "the kernel refused to let gdb trace pid" in tried.stdout, tried.stdout + tried.stderr
+    assert "the kernel refused to let the doctor trace pid" in tried.stdout, (
+        tried.stdout + tried.stderr
+    )
     try:  # untouched: still training, step after step
         made = len((tmp_path / "steps.log").read_text().split())
         time.sleep(1.0)
@@ -246,19 +254,79 @@ def test_inject_refused_where_ptrace_is_not_allowed_leaves_the_job_untouched(
         job.wait()
 
 
-def test_inject_without_gdb_says_what_to_install(script: Path, tmp_path: Path) -> None:
+def test_inject_needs_no_gdb_on_x86_64_and_says_what_to_install_elsewhere(
+    script: Path, plain: subprocess.CompletedProcess[str], tmp_path: Path, monkeypatch: Any
+) -> None:
     job, _log = start(script, tmp_path)
+    bare = {**os.environ, "PATH": str(Path(PY).parent)}  # py-spy, not gdb
     try:
-        bare = {**os.environ, "PATH": str(Path(PY).parent)}  # py-spy, not gdb
-        refused = doctor(
-            "watch", "--pid", str(job.pid), "--inject", "--headless", env=bare, timeout=60
-        )
-        assert refused.returncode == 2, refused.stderr
-        assert "gdb is not installed" in refused.stderr and "apt-get install gdb" in refused.stderr
-        assert len(refused.stderr.strip().splitlines()) == 1
+        if platform.machine() == "x86_64":  # the doctor's own ptrace call
+            r: Any = attach_for(job.pid, "2", tmp_path / "r.json", env=bare)
+            assert r["steps"]["count"] > 0
+        # off x86-64 the route is gdb's: without it, one line saying what to install
+        monkeypatch.setattr("platform.machine", lambda: "aarch64")
+        monkeypatch.setenv("PATH", bare["PATH"])
+        with pytest.raises(inject.InjectError) as refused:
+            inject.check_route(job.pid)
+        assert "gdb is not installed" in str(refused.value)
+        assert "apt-get install gdb" in str(refused.value)
     finally:
-        job.send_signal(signal.SIGKILL)
+        if platform.machine() == "x86_64":
+            code, out, err = finish(job, tmp_path)
+            assert (code, out, err) == (0, plain.stdout, plain.stderr)
+        job.kill()
         job.wait()
+
+
+SLEEPER = """
+    import sys, time
+    started, naps = time.monotonic(), 0
+    for _ in range(int(sys.argv[1])):
+        try:
+            time.sleep(0.02)  # inside clock_nanosleep when the doctor stops it
+        except OSError as exc:
+            print("sleep raised", exc, flush=True)
+            sys.exit(3)
+        naps += 1
+    print("naps", naps, "at least", time.monotonic() - started >= 0.02 * naps, flush=True)
+"""
+
+
+def test_a_call_into_a_sleeping_thread_returns_and_leaves_it_as_it_was(tmp_path: Path) -> None:
+    """The ptrace route's call into a thread stopped inside a system call: the call
+    returns its value, and the thread goes on with the call it was in, restarted (gdb
+    13's `call` on a CPU with AMX state made time.sleep raise OSError 514 in the job)."""
+    if platform.machine() != "x86_64":
+        pytest.skip("the ptrace route is x86-64's")
+    from gpudoctor.jobs import ptrace
+
+    sleeper = tmp_path / "sleeper.py"
+    sleeper.write_text(textwrap.dedent(SLEEPER))
+    job = subprocess.Popen(
+        [PY, str(sleeper), "300"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not list(ptrace.find_functions(job.pid, {"getpid"}, "libc.so")):
+            assert time.monotonic() < deadline and job.poll() is None
+            time.sleep(0.05)
+        time.sleep(0.5)  # into its loop of naps
+        getpid = ptrace.find_functions(job.pid, {"getpid"}, "libc.so")["getpid"]
+        answers = []
+        for _ in range(40):
+            with ptrace.seized(job.pid) as thread:
+                before = thread.regs()
+                answers.append(thread.call(getpid))
+                after = thread.regs()
+            assert (after.rip, after.rsp, after.rax, after.orig_rax) == (
+                before.rip, before.rsp, before.rax, before.orig_rax
+            )  # fmt: skip
+            time.sleep(0.03)
+        out, err = job.communicate(timeout=30)
+    finally:
+        job.kill()
+    assert answers == [job.pid] * 40
+    assert (job.returncode, out, err) == (0, "naps 300 at least True\n", "")
 
 
 def test_a_job_paused_inside_an_import_gets_the_probe_once_the_import_is_over(

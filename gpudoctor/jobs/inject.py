@@ -3,16 +3,20 @@
 The route, by the target's Python:
 - CPython 3.14 and later: `sys.remote_exec` (PEP 768), run by the target's own
   interpreter: the target runs the boot script at its next safe point by itself.
-- CPython 3.10 to 3.13: gdb in batch mode, the way memray attaches. It stops the
-  process, reads only libc's and libpython's symbol tables (no debug information: a
-  few hundred milliseconds where a full read of torch's libraries takes seconds), asks
-  the interpreter for a pending call (`Py_AddPendingCall`) of a harmless function and
-  lets the process run on; the main thread makes that call at its next safe point
-  (between two bytecodes, the GIL held, not inside a signal handler nor an import), where
-  the breakpoint on that function has the boot script run (`PyRun_SimpleString`), and
-  gdb detaches. The process is stopped for gdb's attach and for the boot script: under
-  half a second (bench/RESULTS.md); a signal inside the call unwinds it (gdb's
-  unwindonsignal), and gdb leaves the process running whatever happens to it.
+- CPython 3.10 to 3.13 on x86-64: the doctor's own ptrace call (jobs/ptrace.py). It
+  stops the job's main thread alone for a few milliseconds, calls `mmap` there for a
+  page holding the command that runs the boot script, and `Py_AddPendingCall` with
+  `PyRun_SimpleString` and that page; puts the thread back exactly as it was (a system
+  call it was inside is restarted) and lets it go. The main thread runs the command at
+  its next safe point (between two bytecodes, the GIL held, not inside a signal
+  handler), as its own pending call: nothing is stopped then. The boot script gives the
+  page back. No debugger is needed (gdb 13's `call` broke a job on CPUs with AMX state:
+  jobs/ptrace.py says how).
+- CPython 3.10 to 3.13 elsewhere (aarch64): gdb in batch mode, the way memray attaches.
+  It stops the process, reads only libc's and libpython's symbol tables, asks the
+  interpreter for a pending call of a harmless function and lets the process run on; at
+  the breakpoint on that function the boot script runs (`PyRun_SimpleString`), and gdb
+  detaches; a signal inside the call unwinds it (gdb's unwindonsignal).
 
 The boot script loads the probe under its private name from this installation (once:
 a second attach reuses it) and calls its `attach` (probe/injected.py), then writes what
@@ -25,6 +29,7 @@ Where no route exists, `InjectError` says what is missing and how to allow it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import platform
@@ -39,6 +44,7 @@ import psutil
 
 from gpudoctor import probe
 from gpudoctor.i18n import _
+from gpudoctor.jobs import ptrace
 
 PROBE_DIR = Path(probe.__file__).resolve().parent
 BOOT_NAME = "inject.py"
@@ -97,13 +103,12 @@ def _gpudoctor_not_now(sys):
     return gc.get_stats()[0]["collections"] == before
 
 
-def _gpudoctor_boot():
-    try:
-        import sys  # built in: no import machinery runs for it
-    except ImportError:  # the module table is not itself (the interpreter finalising)
-        return "importing"
+def _gpudoctor_boot(sys):
     if _gpudoctor_not_now(sys):
         return "importing"
+    clock = sys.modules.get("time")
+    if clock is not None and clock.time() > {deadline!r}:
+        return "late"  # the doctor gave up waiting: nothing done
     import importlib.util
 
     module = sys.modules.get("_gpudoctor_probe")
@@ -123,10 +128,29 @@ def _gpudoctor_boot():
     return module.attach({settings!r})
 
 
+def _gpudoctor_free(sys, page):
+    # the page the doctor wrote this script's command into (the ptrace route): the
+    # command is compiled by now and never read again
+    ctypes = sys.modules.get("ctypes")  # never imported for this: 4 KiB left otherwise
+    if page and ctypes is not None:
+        munmap = ctypes.CDLL(None).munmap
+        munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        munmap(page, 4096)
+
+
 try:
-    _gpudoctor_result = _gpudoctor_boot()
-except BaseException as exc:
-    _gpudoctor_result = "error: %s: %s" % (type(exc).__name__, exc)
+    import sys  # built in: no import machinery runs for it
+except ImportError:  # the module table is not itself (the interpreter finalising)
+    _gpudoctor_result = "importing"
+else:
+    try:
+        _gpudoctor_result = _gpudoctor_boot(sys)
+    except BaseException as exc:
+        _gpudoctor_result = "error: %s: %s" % (type(exc).__name__, exc)
+    try:
+        _gpudoctor_free(sys, globals().get("_gpudoctor_page"))
+    except BaseException:
+        pass
 try:
     with open({result!r}, "w") as f:
         f.write(_gpudoctor_result)
@@ -138,9 +162,19 @@ except BaseException:
 # opened and closed there: nothing is bound in `__main__`, no file left for the GC to
 # warn about under -W error), whatever it raises kept from the job's stderr.
 RUN_BOOT = (
-    r"""try:\n exec(\"with open('{path}') as f: exec(compile(f.read(), '{path}', 'exec'), """
-    r"""{{'__name__': '_gpudoctor_inject'}})\", {{}})\nexcept BaseException:\n pass\n"""
+    "try:\n"
+    " exec(\"with open('{path}') as f: exec(compile(f.read(), '{path}', 'exec'), "
+    "{{'__name__': '_gpudoctor_inject', '_gpudoctor_page': {page}}})\", {{}})\n"
+    "except BaseException:\n"
+    " pass\n"
 )
+PAGE = 4096  # the ptrace route's page for the command (munmap'd by the boot script)
+
+
+def c_string(text: str) -> str:
+    """`text` as the inside of a C string literal (gdb's script)."""
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
 
 GDB_SCRIPT = """\
 set pagination off
@@ -261,6 +295,11 @@ def check_route(pid: int) -> str:
         )
     if version >= (3, 14):
         return "remote_exec"
+    refusal = ptrace_refusal(pid)
+    if platform.machine() == "x86_64":
+        if refusal is not None:
+            raise InjectError(refusal)
+        return "ptrace"
     if shutil.which("gdb") is None:
         raise InjectError(
             _(
@@ -287,12 +326,15 @@ def inject(pid: int, folder: str, settings: dict[str, object], route: str) -> st
             folder=str(PROBE_DIR),
             settings={**settings, "route": route},
             result=result,
+            deadline=time.time() + RESULT_WAIT_S + 1.0,
             importers=set(IMPORTERS),
             bottoms=set(BOTTOMS),
         )
     )
     if route == "remote_exec":
         _remote_exec(pid, boot)
+    elif route == "ptrace":
+        _by_ptrace(pid, boot)
     else:
         _gdb(pid, boot)
     deadline = time.monotonic() + RESULT_WAIT_S
@@ -329,12 +371,66 @@ def _remote_exec(pid: int, boot: str) -> None:
         raise InjectError(_refused(pid, done.stderr))
 
 
+def _by_ptrace(pid: int, boot: str) -> None:
+    """The pending call asked for by the doctor itself (jobs/ptrace.py): the job's main
+    thread is stopped for a few milliseconds, its other threads not at all."""
+    python = {"Py_AddPendingCall", "PyRun_SimpleString"}
+    try:
+        found = ptrace.find_functions(pid, python, "libpython")
+        if not python <= found.keys():  # a python built without libpython
+            found.update(ptrace.find_functions(pid, python, os.readlink(f"/proc/{pid}/exe")))
+        found.update(ptrace.find_functions(pid, {"mmap", "munmap"}, "libc.so"))
+    except OSError as exc:  # its memory map unreadable: gone, or not ours to read
+        if not running(pid):
+            raise InjectError(ended_before(pid)) from None
+        if exc.errno in (errno.EPERM, errno.EACCES):
+            raise InjectError(_refused(pid, "ptrace: Operation not permitted")) from None
+        raise InjectError(_refused(pid, str(exc))) from None
+    if not python <= found.keys():
+        raise InjectError(_no_c_api(pid))
+    if not {"mmap", "munmap"} <= found.keys():
+        raise InjectError(_("could not inject into pid {pid}: {why}").format(
+            pid=pid, why=_("its C library (glibc's libc.so) was not found")
+        ))  # fmt: skip
+    try:
+        with ptrace.seized(pid) as thread:
+            # the command in a page of its own: the call is made later, by the job
+            page = thread.call(found["mmap"], 0, PAGE, 3, 0x22, -1, 0)  # RW, private anon
+            if page >= ptrace.MASK - PAGE:
+                raise InjectError(_("could not inject into pid {pid}: {why}").format(
+                    pid=pid, why=_("it could not map a page of memory")
+                ))  # fmt: skip
+            command = RUN_BOOT.format(path=boot, page=page).encode() + b"\0"
+            if len(command) > PAGE:
+                thread.call(found["munmap"], page, PAGE)
+                raise InjectError(_("the doctor's folder has an unusual path: {path}").format(
+                    path=boot
+                ))  # fmt: skip
+            thread.write(page, command)
+            added = thread.call(found["Py_AddPendingCall"], found["PyRun_SimpleString"], page)
+            if added & 0xFFFFFFFF:  # -1: its queue of pending calls is full
+                thread.call(found["munmap"], page, PAGE)
+                raise InjectError(_refused(pid, "Py_AddPendingCall: the queue is full"), again=True)
+    except ptrace.PtraceError as exc:
+        if exc.errno == errno.ESRCH and not running(pid):
+            raise InjectError(ended_before(pid)) from None
+        if exc.errno in (errno.EPERM, errno.EACCES):
+            raise InjectError(_refused(pid, "ptrace: Operation not permitted")) from None
+        raise InjectError(_refused(pid, str(exc))) from None
+    except ptrace.Ended:
+        raise InjectError(ended_before(pid)) from None
+    except ptrace.CallFailed as exc:  # the thread was put back as it was
+        raise InjectError(_refused(pid, str(exc)), again=True) from None
+
+
 def _gdb(pid: int, boot: str) -> None:
     if not re.fullmatch(r"[\w./+-]+", boot):  # it goes into a C string inside gdb's script
         raise InjectError(_("the doctor's folder has an unusual path: {path}").format(path=boot))
     register = "$x0" if platform.machine() in ("aarch64", "arm64") else "$rdi"
     script = GDB_SCRIPT.format(
-        first_argument=register, run=RUN_BOOT.format(path=boot), signals=" ".join(PASSED_SIGNALS)
+        first_argument=register,
+        run=c_string(RUN_BOOT.format(path=boot, page=0)),
+        signals=" ".join(PASSED_SIGNALS),
     )
     commands = os.path.join(os.path.dirname(boot), "inject.gdb")
     Path(commands).write_text(script)
@@ -387,18 +483,23 @@ def _refused(pid: int, output: str) -> str:
     """One line for why the tool could not run the script in `pid`."""
     if "Operation not permitted" in output or "ptrace" in output.lower():
         return _(
-            "the kernel refused to let gdb trace pid {pid} (ptrace: operation not permitted): "
+            "the kernel refused to let the doctor trace pid {pid} (ptrace: operation not "
+            "permitted): "
             "a container needs --cap-add=SYS_PTRACE, a process that made itself "
             "non-dumpable can be traced only by root, and kernel.yama.ptrace_scope must "
             "allow it"
         ).format(pid=pid)
     if "No symbol" in output:
-        return _(
-            "pid {pid}'s Python exports no C API that gdb can call (a static or stripped "
-            "interpreter): run the job under gpudoctor run instead"
-        ).format(pid=pid)
+        return _no_c_api(pid)
     last = next((s for s in reversed(output.strip().splitlines()) if s.strip()), "")
     return _("could not inject into pid {pid}: {why}").format(pid=pid, why=last.strip()[:200])
+
+
+def _no_c_api(pid: int) -> str:
+    return _(
+        "pid {pid}'s Python exports no C API that the doctor can call (a static or "
+        "stripped interpreter): run the job under gpudoctor run instead"
+    ).format(pid=pid)
 
 
 def settings_for(folder: str, socket_path: str, control: str) -> dict[str, object]:

@@ -421,7 +421,8 @@ class InjectScreen(ModalScreen[bool]):
             yield Static(
                 _(
                     "Load gpudoctor's probe into pid {pid}?\n\n"
-                    "gdb stops the job for under half a second to load it. From its next "
+                    "The doctor stops the job's main thread for under half a second to load "
+                    "it. From its next "
                     "step the doctor counts every step and times its phases, syncs and "
                     "copies, as gpudoctor run does, and p captures a profile. Leaving (q) "
                     "removes the probe; the job goes on.\n\n"
