@@ -175,7 +175,7 @@ def test_a_gain_kept_on_a_busy_machine_says_it_may_be_cores_won_from_the_others(
     guess = Prediction(1.0, 2.0, "")
 
     def visit(busy: tuple[bool, ...]) -> str:
-        c = Comparison.of([arm(slow, busy)], [arm(fast, busy)])
+        c = Comparison.of([arm(slow, busy)] * 3, [arm(fast, busy)] * 3)  # 3 runs a side
         step = FixStep("more-workers", "input-bound", change, guess, c)
         assert step.kept
         final = Treatment(("python", "train.py", "--num-workers", "2"), applied=change)
