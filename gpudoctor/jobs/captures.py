@@ -89,9 +89,9 @@ class Captures:
     ) -> list[tuple[int, RankTimeline]]:
         """At the job's end: the captures still being read, waited for up to timeout_s
         (the run folder that holds them goes when the doctor closes)."""
-        self.poll(facts)
+        found = self.poll(facts)  # those read since the last poll are among them
         wait([f for _, f in self._pending], timeout=timeout_s)
-        found = self.poll(facts)
+        found += self.poll(facts)
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
         return found
