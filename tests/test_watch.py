@@ -391,6 +391,52 @@ def test_the_chunk_under_way_is_kept_when_the_watch_ends(
     assert proc.poll() is None  # the job runs on
 
 
+def test_a_sampler_with_a_rest_runs_no_py_spy_between_its_looks(
+    job: list[subprocess.Popen[bytes]],
+) -> None:
+    """The node exporter's duty cycle (app/exporter.py NODE_STACKS): the first two
+    chunks back to back (a step rate from the pair), then after each chunk nothing of the
+    sampler's runs for `rest_s`; then the next chunk comes."""
+    py_spy = find_py_spy()
+    assert py_spy is not None
+    proc = start_plainly("healthy.py", "--seconds", "120")
+    job.append(proc)
+    wait_for_torch(proc)
+    sampler = StackSampler(
+        py_spy, proc.pid, rate_hz=4, chunk_s=2.0, first_chunk_s=2.0, lines=False, rest_s=4.0
+    )
+    me = psutil.Process()
+
+    def sampling() -> bool:
+        return any("py-spy" in " ".join(c.cmdline()) for c in me.children(recursive=True))
+
+    try:
+        ends: list[float] = []
+        chunks: list[StackChunk] = []
+        during_rest: list[bool] = []
+        t0 = time.monotonic()
+        while len(chunks) < 3:
+            assert time.monotonic() - t0 < 60, sampler.last_error
+            chunk = sampler.poll()
+            now = time.monotonic() - t0
+            if chunk is not None:
+                ends.append(now)
+                chunks.append(chunk)
+            elif len(chunks) == 2 and now < ends[1] + 3.5:
+                during_rest.append(sampling())
+            time.sleep(0.25)
+        # no rest after the first; after the second, no py-spy at all for the rest, and
+        # the third ended one rest and one chunk later
+        assert ends[1] - ends[0] < 4.0
+        assert during_rest and not any(during_rest)
+        assert ends[2] - ends[1] >= 4.0 + 2.0 - 0.5
+        assert all(sum(c.samples.values()) > 0 for c in chunks)
+        assert stack_steps_per_s(chunks[:2]) is not None  # a rate from the first two
+    finally:
+        sampler.close()
+    assert proc.poll() is None
+
+
 def test_one_chunk_read_at_its_start_and_end_gives_a_rate() -> None:
     """Attached while the job was starting up: the chunk's first reading found no loop
     counter yet, its last one did, and the next chunk's first reading pairs with it."""

@@ -26,13 +26,19 @@ from gpudoctor.sources.nvml import NvmlReader
 from gpudoctor.sources.stacks import AttachError, check_access
 from gpudoctor.store import Store, StoreError
 
-REFRESH_S = 5.0  # a new job is served within two refreshes
+REFRESH_S = 10.0  # a new job is served within two refreshes (bench/exporter_cost.py: 5 s cost
+# 0.3% of a core more with 8 jobs)
 GRACE_S = 60.0  # an ended job's series stay this long (a scrape or two at 15-30 s)
-# A node agent samples each job's stacks far less often than `watch` (20 Hz): 4 Hz
+# A node agent samples each job's stacks far less than `watch` (20 Hz, all the time): 4 Hz
 # gives the 40 samples a finding needs (diagnosis/window.py MIN_STACK_SAMPLES) in its
-# first 10 s chunk, and chunks of 30 s halve the dumps' fixed cost again; no second
-# run of busy threads (the lines of the user's code are `watch`'s).
-NODE_STACKS = {"rate_hz": 4, "chunk_s": 30.0, "first_chunk_s": 10.0, "lines": False}
+# first 10 s chunk and a step rate from it and the next (20 s, at once), then a 20 s
+# chunk every 80 s (a finding lasts minutes; the findings rest on the last chunks, so
+# they hold through the rests): 8 jobs at 4 Hz all the time took 2.5% of a core
+# (bench/RESULTS.md); no second run of busy threads (the lines of the user's code are
+# `watch`'s).
+NODE_STACKS = {
+    "rate_hz": 4, "chunk_s": 20.0, "first_chunk_s": 10.0, "lines": False, "rest_s": 60.0,
+}  # fmt: skip
 
 
 @dataclass

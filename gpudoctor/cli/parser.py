@@ -213,8 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
         help=_("where to serve OpenMetrics (HOST defaults to 127.0.0.1)"),
     )  # fmt: skip
     exporter.add_argument(
-        "--interval", type=_positive_float, default=5.0, metavar="S",
-        help=_("how often the node is looked at and each job read (default 5 s)"),
+        "--interval", type=_positive_float, default=10.0, metavar="S",
+        help=_("how often the node is looked at and each job read (default 10 s)"),
     )  # fmt: skip
     exporter.add_argument(
         "--grace", type=_positive_float, default=60.0, metavar="S",

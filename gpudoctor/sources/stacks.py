@@ -313,6 +313,7 @@ class StackSampler:
         chunk_s: float = CHUNK_S,
         first_chunk_s: float = FIRST_CHUNK_S,
         lines: bool = True,
+        rest_s: float = 0.0,
     ):
         self.py_spy = py_spy
         self.pid = pid
@@ -323,6 +324,10 @@ class StackSampler:
         self._busy: subprocess.Popen[bytes] | None = None
         self.chunk_s = chunk_s
         self.first_chunk_s = first_chunk_s
+        # between two chunks from the second on, nothing runs for this long (a node
+        # agent's duty cycle)
+        self.rest_s = rest_s
+        self._resume_at = 0.0
         self.errors = 0
         self.last_error: str | None = None
         self._dir = run_folders.make("stacks")
@@ -360,14 +365,21 @@ class StackSampler:
     def poll(self) -> StackChunk | None:
         """The chunk that just finished (and the next one started), or None."""
         if self._record is None:
-            self.start()
+            if time.monotonic() >= self._resume_at:
+                self.start()
             return None
         self._read_counters()
         stop_when_due([self._record, self._busy], self._t_start, self._seconds)
         if self._record.poll() is None or (self._busy is not None and self._busy.poll() is None):
             return None
         chunk = self._collect()
-        self.start()
+        # the next chunk after the rest; none after the first: its first reading pairs
+        # with the first chunk's, for a step rate within a chunk's length of the start
+        if self.rest_s > 0 and self._n >= 2:
+            self._record = self._busy = None
+            self._resume_at = time.monotonic() + self.rest_s
+        else:
+            self.start()
         return chunk
 
     def finish(self) -> StackChunk | None:
