@@ -96,8 +96,8 @@ def _gpudoctor_not_now(sys):
     # collections stays as it was (outside one, it is a young collection as the
     # interpreter runs every few hundred allocations)
     gc = sys.modules.get("gc")
-    if gc is None:
-        return True
+    if gc is None:  # built in; no import is under way (looked at above)
+        import gc
     before = gc.get_stats()[0]["collections"]
     gc.collect(0)
     return gc.get_stats()[0]["collections"] == before

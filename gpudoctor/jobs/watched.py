@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import random
 import re
 import shutil
 import time
@@ -387,7 +388,9 @@ class ProbeFolder:
                 continue
             waited = time.monotonic() - start
             if said == "importing" and waited < IMPORT_WAIT_S:
-                time.sleep(IMPORT_RETRY_S)
+                # not now (an import, a collection): again after a pause that varies, so
+                # that a job whose loop has a period of its own is not met in step
+                time.sleep(IMPORT_RETRY_S * random.uniform(0.5, 1.5))
             elif said == "no-torch" and waited < TORCH_WAIT_S and loading_torch(pid):
                 time.sleep(1.0)
             else:
