@@ -405,7 +405,7 @@ def test_a_job_paused_inside_a_garbage_collection_gets_the_probe_outside_it(
             model = torch.nn.Linear(8, 2)
             opt = torch.optim.SGD(model.parameters(), lr=0.1)
             print("collecting", flush=True)
-            end = time.monotonic() + 15
+            end = time.monotonic() + 30  # the doctor's tries outside a collection
             while time.monotonic() < end:
                 Cycle()
                 gc.collect()
