@@ -105,3 +105,11 @@ def _command(p: psutil.Process) -> str:
         return " ".join(p.cmdline()) or p.name()
     except psutil.Error:
         return "?"
+
+
+def owner_uid(pid: int) -> int | None:
+    """The real user id of `pid`; None when it is gone or unreadable."""
+    try:
+        return int(psutil.Process(pid).uids().real)
+    except psutil.Error:
+        return None

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import psutil
+from gpudoctor.processes import owner_uid
 
 if TYPE_CHECKING:  # prometheus_client only where an exporter listens: loaded then
     from prometheus_client.metrics_core import Metric
@@ -167,7 +167,7 @@ class Receiver:
             if not text.isdigit():
                 continue
             pid = int(text)
-            if uid is None or (uid != 0 and _owner(pid) != uid):
+            if uid is None or (uid != 0 and owner_uid(pid) != uid):
                 self.refused += 1
                 continue
             mine = [_only(f, text) for f in kept]
@@ -196,10 +196,3 @@ def _only(family: Metric, pid: str) -> Metric:
         s for s in family.samples if s.labels.get("pid") == pid and s.labels.get("hostname") == here
     ]
     return out
-
-
-def _owner(pid: int) -> int | None:
-    try:
-        return int(psutil.Process(pid).uids().real)
-    except psutil.Error:
-        return None

@@ -329,6 +329,23 @@ def test_a_call_into_a_sleeping_thread_returns_and_leaves_it_as_it_was(tmp_path:
     assert (job.returncode, out, err) == (0, "naps 300 at least True\n", "")
 
 
+def start_until(
+    job_script: Path, tmp_path: Path, marker: str
+) -> tuple[subprocess.Popen[str], Path]:
+    """The job started plainly, once it has printed `marker`; its output file."""
+    out = tmp_path / "out.txt"
+    with out.open("w") as sink:
+        job = subprocess.Popen(
+            [PY, str(job_script)], stdout=sink, stderr=subprocess.PIPE, text=True,
+            cwd=tmp_path, preexec_fn=as_from_a_terminal,
+        )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while marker not in out.read_text():
+        assert time.monotonic() < deadline and job.poll() is None
+        time.sleep(0.05)
+    return job, out
+
+
 def test_a_job_paused_inside_an_import_gets_the_probe_once_the_import_is_over(
     tmp_path: Path,
 ) -> None:
@@ -361,16 +378,7 @@ def test_a_job_paused_inside_an_import_gets_the_probe_once_the_import_is_over(
             """
         )
     )
-    out = tmp_path / "out.txt"
-    with out.open("w") as sink:
-        job = subprocess.Popen(
-            [PY, str(job_script)], stdout=sink, stderr=subprocess.PIPE, text=True,
-            cwd=tmp_path, preexec_fn=as_from_a_terminal,
-        )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while "importing" not in out.read_text():
-        assert time.monotonic() < deadline and job.poll() is None
-        time.sleep(0.05)
+    job, out = start_until(job_script, tmp_path, "importing")
     r: Any = attach_for(job.pid, "4", tmp_path / "r.json")
     _, err = job.communicate(timeout=60)
     assert job.returncode == 0 and err == "", err
@@ -416,16 +424,7 @@ def test_a_job_paused_inside_a_garbage_collection_gets_the_probe_outside_it(
             """
         )
     )
-    out = tmp_path / "out.txt"
-    with out.open("w") as sink:
-        job = subprocess.Popen(
-            [PY, str(job_script)], stdout=sink, stderr=subprocess.PIPE, text=True,
-            cwd=tmp_path, preexec_fn=as_from_a_terminal,
-        )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while "collecting" not in out.read_text():
-        assert time.monotonic() < deadline and job.poll() is None
-        time.sleep(0.05)
+    job, out = start_until(job_script, tmp_path, "collecting")
     r: Any = attach_for(job.pid, "3", tmp_path / "r.json")
     _, err = job.communicate(timeout=60)
     assert job.returncode == 0 and err == "", err

@@ -34,6 +34,7 @@ from gpudoctor.jobs.inject import (
 )
 from gpudoctor.jobs.source import Recorder, ask_for_profile
 from gpudoctor.model import EndedBy, GpuSample, HostSample, JobExit, StackChunk
+from gpudoctor.processes import owner_uid
 from gpudoctor.sources.host import HostReader
 from gpudoctor.sources.nvml import NvmlReader
 from gpudoctor.sources.probe_server import ProbeServer
@@ -352,7 +353,7 @@ class ProbeFolder:
     def inject(self, target: Target, route: str, all_ranks: bool = False) -> None:
         """The probe into the job (into each of its local ranks with `all_ranks`: a
         torchrun job's); AttachError, in one line, when it is not there."""
-        owner = _owner(target.pid)
+        owner = owner_uid(target.pid)
         if os.geteuid() == 0 and owner not in (None, 0):
             # root injecting into a user's job: the job must reach the folder, the socket
             for path in (self.folder, self.server.path):
@@ -485,13 +486,6 @@ def loading_torch(pid: int) -> bool:
             return "libtorch" in f.read()
     except OSError:
         return False
-
-
-def _owner(pid: int) -> int | None:
-    try:
-        return int(psutil.Process(pid).uids().real)
-    except psutil.Error:
-        return None
 
 
 def _refusal(pid: int, said: str) -> str:
