@@ -79,6 +79,7 @@ def main() -> None:
         json.dumps(
             {
                 "mean_s": trimmed_mean(steady),
+                "median_s": statistics.median(steady),  # a step only counted, on a short one
                 "mean_cpu_s": trimmed_mean(cpu[args.warmup :]),  # this thread's CPU time
                 "process_cpu_s": spent / len(steady),  # all threads, per step (not trimmed)
                 "steps": len(steady),

@@ -74,8 +74,8 @@ class Switch:
             patch.remove()
         loader.patch.remove()
         housekeeping = self.groups.get("housekeeping")  # zero_grad, no_grad, ... (issue 39)
-        if housekeeping is not None:
-            self.saved["housekeeping"] = housekeeping.agent.detail
+        if housekeeping is not None:  # in place all along (DetailPatch)
+            self.saved["housekeeping"] = True
             housekeeping.off()
         self.autograd.backward = self.groups["backward"].original
         self.opt_cls.step = self.saved["step"].__wrapped__  # torch's own, under the probe's
@@ -92,7 +92,7 @@ class Switch:
             patch.install()
         if self.saved["loader"]:
             self.groups["dataloader"].patch.install()
-        if self.saved.get("housekeeping"):  # in place only on steps measured in detail
+        if self.saved.get("housekeeping"):
             self.groups["housekeeping"].on()
         self.autograd.backward = self.saved["backward"]
         self.opt_cls.step = self.saved["step"]

@@ -55,6 +55,8 @@ def main() -> None:
     threading.Thread(target=drain, daemon=True).start()
     arms = {"none": None, "then": tree / BOOT, "now": ROOT / BOOT}
     walls: dict[str, list[float]] = {name: [] for name in arms}
+    medians: dict[str, list[float]] = {name: [] for name in arms}
+    cpus: dict[str, list[float]] = {name: [] for name in arms}
     names = list(arms)
     try:
         for r in range(args.rounds):
@@ -68,7 +70,10 @@ def main() -> None:
                     [sys.executable, str(ROOT / "bench" / "loop_job.py"), *job],
                     env=env, capture_output=True, text=True, check=True,
                 ).stdout  # fmt: skip
-                walls[name].append(float(json.loads(out.strip().splitlines()[-1])["mean_s"]))
+                result = json.loads(out.strip().splitlines()[-1])
+                walls[name].append(float(result["mean_s"]))
+                medians[name].append(float(result["median_s"]))
+                cpus[name].append(float(result["process_cpu_s"]))
                 time.sleep(0.5)
     finally:
         done.set()
@@ -78,6 +83,17 @@ def main() -> None:
     for name in names:
         runs = [round(w * 1e3, 3) for w in walls[name]]
         print(f"  {name:4} wall median {statistics.median(walls[name]) * 1e3:.3f} ms  {runs}")
+    # the job's own median step (a counted one, on a short step) and the whole process's
+    # CPU per step (every thread: the probe's flush thread too), each arm against none
+    # run beside it in the same round
+    for name in names[1:]:
+        step = [(a - b) * 1e6 for a, b in zip(medians[name], medians["none"], strict=True)]
+        cpu = [(a - b) * 1e6 for a, b in zip(cpus[name], cpus["none"], strict=True)]
+        print(
+            f"  {name:4} against none, round by round: median step "
+            f"{statistics.median(step):+.1f} us (runs {[round(d, 1) for d in step]}); "
+            f"process CPU {statistics.median(cpu):+.1f} us/step (runs {[round(d, 1) for d in cpu]})"
+        )
 
 
 if __name__ == "__main__":

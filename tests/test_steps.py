@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from gpudoctor.probe import protocol
 from gpudoctor.probe.clock import FULL_STEPS, SAMPLE_EVERY, SAMPLE_MAX_GAP_NS, StepClock
 
@@ -11,7 +13,11 @@ ADAM, SGD = 1, 2  # optimizers
 
 def steps(clock: StepClock) -> list[dict[str, int]]:
     clock.finish()
-    return [dict(zip(protocol.STEP_FIELDS, row, strict=True)) for row in clock.take(1 << 30)]
+    rows = clock.take(1 << 30)  # a counted step's row is its first fields (as sent)
+    full = [
+        row if len(row) > protocol.COUNTED_FIELDS else row + protocol.COUNTED_REST for row in rows
+    ]
+    return [dict(zip(protocol.STEP_FIELDS, row, strict=True)) for row in full]
 
 
 def training_loop(clock: StepClock, n: int, accumulate: int = 1, t: int = 0) -> int:
@@ -193,7 +199,7 @@ def test_buffer_is_bounded_and_counts_drops() -> None:
     limit = clock_module.MAX_BUFFERED_STEPS
     training_loop(clock, limit + 50)
     clock.finish()
-    assert len(clock.out) == limit
+    assert clock.buffered == len(clock.out) == limit
     assert clock.dropped == 50
 
 
@@ -341,3 +347,59 @@ def test_bookkeeping_between_steps_is_not_time_outside_the_model() -> None:
     assert out[-1]["outside_ns"] == 2  # 5 less the 1 of bookkeeping and 2 of evaluation
     assert out[-1]["forward_ns"] == 2 and out[-1]["forwards"] == 1
     assert clock.eval_forwards == 6
+
+
+def test_counted_steps_taken_in_pieces_come_out_as_taken_whole() -> None:
+    """The counted steps wait as one block (clock.counted); the flush thread takes a
+    message's worth at a time and cuts a block where the message is full."""
+    whole, pieces = StepClock(), StepClock()
+    sampled_loop(whole, 300)
+    sampled_loop(pieces, 300)
+    expected = steps(whole)
+    pieces.finish()
+    taken: list[tuple[int, ...]] = []
+    while pieces.buffered:
+        chunk = pieces.take(7)
+        assert 0 < len(chunk) <= 7
+        taken.extend(chunk)
+    assert pieces.take(7) == []
+    full = [r if len(r) > protocol.COUNTED_FIELDS else r + protocol.COUNTED_REST for r in taken]
+    assert [dict(zip(protocol.STEP_FIELDS, r, strict=True)) for r in full] == expected
+    assert [s["index"] for s in expected] == list(range(300))
+
+
+def test_rows_given_back_are_taken_again_in_order() -> None:
+    """A message that could not be sent (the doctor's queue full) puts its rows back."""
+    clock = StepClock()
+    sampled_loop(clock, 150)
+    clock.finish()
+    first = clock.take(40)  # across the detailed steps and into a block
+    assert clock.give_back(first) == 0
+    again = clock.take(1 << 30)
+    assert again[:40] == first
+    assert [r[0] for r in again] == list(range(150))
+    assert clock.buffered == 0
+
+
+def test_counted_steps_beyond_the_bound_are_dropped_and_counted(monkeypatch: Any) -> None:
+    from gpudoctor.probe import clock as clock_module
+
+    monkeypatch.setattr(clock_module, "MAX_BUFFERED_STEPS", 100)
+    clock = StepClock()
+    sampled_loop(clock, 250)
+    clock.finish()
+    assert clock.buffered == 100
+    assert clock.dropped == 150
+    rows = clock.take(1 << 30)
+    assert [r[0] for r in rows] == list(range(100))  # the newest are the ones dropped
+    # rows given back over the bound: the oldest go
+    clock2 = StepClock()
+    sampled_loop(clock2, 90)
+    clock2.finish()
+    taken = clock2.take(60)  # while these were out, 60 more steps were counted
+    clock2.counted([10_000 + i for i in range(60)])
+    assert clock2.buffered == 90
+    assert clock2.give_back(taken) == 50
+    left = clock2.take(1 << 30)
+    assert len(left) == 100
+    assert [r[0] for r in left] == list(range(50, 150))

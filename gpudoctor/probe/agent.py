@@ -233,7 +233,7 @@ class Agent:
         # Rows go a message at a time, taken as they go: when the doctor's queue is full
         # (it is stalled), one message's rows go back and the rest never moved, so a
         # long stall costs each flush one message, not the whole buffer.
-        batches = max(1, -(-len(self.clock.out) // protocol.MAX_STEPS_PER_MESSAGE))
+        batches = max(1, -(-self.clock.buffered // protocol.MAX_STEPS_PER_MESSAGE))
         for n in range(batches):
             try:
                 chunk = self.clock.take(protocol.MAX_STEPS_PER_MESSAGE)

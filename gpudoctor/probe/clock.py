@@ -79,7 +79,8 @@ class StepClock:
     the probe mirrors in its shared counter page."""
 
     def __init__(self) -> None:
-        self.out: deque[tuple[int, ...]] = deque()
+        # rows (tuples), and blocks of steps only counted (lists: see `counted`)
+        self.out: deque[Any] = deque()
         self.reset()
 
     def reset(self) -> None:
@@ -90,6 +91,10 @@ class StepClock:
         self.pending_end: int | None = None
         self.step_roots: set[int] = set()
         self.out.clear()
+        # rows in `out`: added by the training thread, taken (less those given back) by
+        # the flush thread; each counter is written by one thread only
+        self.added = 0
+        self.removed = 0
         self.dropped = 0
         self.held: list[tuple[int, ...]] | None = []
         # steps that ended at a forward or a batch before any backward (see the docstring)
@@ -237,12 +242,18 @@ class StepClock:
         held, self.held = self.held or [], None
         self._out(held)
 
+    @property
+    def buffered(self) -> int:
+        """Rows waiting in `out` (the blocks' steps counted one by one)."""
+        return self.added - self.removed
+
     def _out(self, rows: list[tuple[int, ...]]) -> None:
         if rows and self.first_start is None:
             self.first_start = rows[0][1] - rows[0][2]
         for row in rows:
-            if len(self.out) < MAX_BUFFERED_STEPS:
+            if self.added - self.removed < MAX_BUFFERED_STEPS:
                 self.out.append(row)
+                self.added += 1
             else:
                 self.dropped += 1
 
@@ -446,35 +457,72 @@ class StepClock:
 
     def counted(self, ends: list[int]) -> None:
         """The ends of the steps that were only counted (the probe collects them in its
-        optimizer hook, the cheapest place there is); the step after them is detailed."""
-        for t in ends:
-            self._emit_current(t)
+        optimizer hook, the cheapest place there is); the step after them is detailed.
+        They go out as one block, `[first index, the end before the first, ends]`, made
+        into rows of COUNTED_FIELDS by the flush thread (`take`): a row each here cost
+        the training thread more than all the probe's other work on a short step
+        (bench/RESULTS.md, 2026-12-05). Nothing is held back while steps are counted
+        (`plan_next`), and a counted step's parts are none."""
+        if ends:
+            n = len(ends)
+            room = MAX_BUFFERED_STEPS - (self.added - self.removed)
+            if room > 0:
+                kept = ends if n <= room else ends[:room]
+                self.out.append([self.index, self.last_end, kept])
+                self.added += len(kept)
+            self.dropped += n - max(0, min(n, room))
+            self.index += n
+            self.last_end = ends[-1]
+            self.step_roots = set()
+            self._zero()
         self.housekeeping_ns = 0
         self.housekeeping_spans = []
         self.next_detail = 1
         self.detail = 1
 
     def take(self, limit: int) -> list[tuple[int, ...]]:
-        """Up to `limit` rows, the oldest first. Called from the flush thread: deque pops
-        are atomic, nothing is lost."""
-        out: list[tuple[int, ...]] = []
-        pop = self.out.popleft
-        while self.out and len(out) < limit:
-            out.append(pop())
-        return out
+        """Up to `limit` rows, the oldest first; a counted step's as its first
+        COUNTED_FIELDS (index, end, wall). Called from the flush thread: deque pops and
+        appends at either end are atomic, and the training thread only appends on the
+        right, so a block cut here goes back on the left whole."""
+        rows: list[tuple[int, ...]] = []
+        out = self.out
+        pop = out.popleft
+        while out and len(rows) < limit:
+            item = pop()
+            if type(item) is list:  # a block of counted steps (see `counted`)
+                index, before, ends = item
+                room = limit - len(rows)
+                if len(ends) > room:
+                    out.appendleft([index + room, ends[room - 1], ends[room:]])
+                    ends = ends[:room]
+                walls = map(int.__sub__, ends, [before, *ends[:-1]])
+                rows.extend(zip(range(index, index + len(ends)), ends, walls, strict=True))
+            else:
+                rows.append(item)
+        self.removed += len(rows)
+        return rows
 
     def give_back(self, rows: list[tuple[int, ...]]) -> int:
         """Rows `take` gave that could not be sent (the doctor's queue was full) go back
         to the front of the buffer, in order, for the next flush; beyond the bound the
         oldest are dropped. How many were dropped (called from the flush thread)."""
         self.out.extendleft(reversed(rows))
-        over = len(self.out) - MAX_BUFFERED_STEPS
+        self.removed -= len(rows)
+        over = self.added - self.removed - MAX_BUFFERED_STEPS
         dropped = 0
-        pop = self.out.popleft
-        while over > 0 and self.out:
-            pop()
-            over -= 1
-            dropped += 1
+        out = self.out
+        while over > 0 and out:
+            item = out.popleft()
+            if type(item) is list and len(item[2]) > over:  # the block's oldest only
+                index, _, ends = item
+                out.appendleft([index + over, ends[over - 1], ends[over:]])
+                gone = over
+            else:
+                gone = len(item[2]) if type(item) is list else 1
+            self.removed += gone
+            over -= gone
+            dropped += gone
         return dropped
 
     def state(self) -> dict[str, Any]:

@@ -5,8 +5,8 @@ The clock takes their time out of the time outside the model (clock.py,
 `housekeeping`); DESIGN.md section 3: the update, logging and `.item()` after backward
 are never data wait.
 
-On steps measured in detail only. The methods are ClassPatches (invisible.py), there
-for those steps and gone for the others; the two functions of `torch.nn.utils` are
+On steps measured in detail only. The methods are DetailPatches (invisible.py), in place
+all along and handing a step that is only counted the original at once; the two functions of `torch.nn.utils` are
 module attributes of torch, like `torch.autograd.backward` (autograd.py), wrappers with
 the originals' names and signatures that pass straight through on other steps. A call
 inside another one (clipping inside a `no_grad` block) is part of the outer one.
@@ -28,7 +28,14 @@ import time
 from typing import Any
 
 from .agent import Agent
-from .invisible import TRAINING_THREAD, ClassPatch, drop_own_frame, tracing_checks, unseen
+from .invisible import (
+    TRAINING_THREAD,
+    ClassPatch,
+    DetailPatch,
+    drop_own_frame,
+    tracing_checks,
+    unseen,
+)
 
 now = time.monotonic_ns
 
@@ -77,17 +84,15 @@ class HousekeepingHooks:
         if isinstance(scheduler, type) and "step" in scheduler.__dict__:
             targets.append((scheduler, "step"))
         for owner, name in targets:
-            patch = ClassPatch(
-                owner, name, unseen(self._timed_method(owner, name)), self.wanted, busy
+            patch = DetailPatch(
+                owner, name, unseen(self._timed_method(owner, name)), self.wanted, busy, agent
             )
             self.patches.append(patch)
         grad_mode = torch.autograd.grad_mode
-        self.patches.append(
-            ClassPatch(grad_mode.no_grad, "__enter__", unseen(self._enter), self.wanted, busy)
-        )
-        self.patches.append(
-            ClassPatch(grad_mode.no_grad, "__exit__", unseen(self._exit), self.wanted, busy)
-        )
+        for name, method in (("__enter__", self._enter), ("__exit__", self._exit)):
+            self.patches.append(
+                DetailPatch(grad_mode.no_grad, name, unseen(method), self.wanted, busy, agent)
+            )
         self.functions: list[tuple[Any, str, Any, Any]] = []
         utils = torch.nn.utils
         for name in ("clip_grad_norm_", "clip_grad_value_"):
@@ -105,7 +110,7 @@ class HousekeepingHooks:
         self.grad_read = GradRead(base, unseen(self._grad_read)) if base is not None else None
         agent.after_backward = self.watch_grads
         self.on()
-        agent.detail_parts.append((self.on, self.off))
+        agent.detail_parts.append((self.nothing, self.unwatch_grads))
 
     def wanted(self, obj: Any) -> bool:
         agent = self.agent
@@ -231,6 +236,10 @@ class HousekeepingHooks:
             self.clock.grad_read(now())
 
     # -- the group's life -------------------------------------------------------------------
+
+    def nothing(self) -> None:
+        """A detailed step begins: the patches are in place already (DetailPatch); the
+        gradients are watched from the step's backward (watch_grads)."""
 
     def on(self) -> None:
         if self.enabled:

@@ -254,6 +254,41 @@ class RootCall(ClassPatch):
         return ClassPatch.__get__(self, obj, objtype)
 
 
+class DetailPatch(ClassPatch):
+    """A ClassPatch that stays in place and wants only the steps measured in detail: on
+    a step that is only counted, an access gets the original before anything else is
+    asked (`agent.detail`, read as it is: no call). Putting a patch in and taking it out
+    at every detailed step cost far more than this check (bench/RESULTS.md, 2026-12-05):
+    an attribute set on a class (on `nn.Module` above all) makes CPython forget what it
+    had learnt about that class and every subclass, and the job's next steps ran its
+    attribute look-ups the slow way until it had learnt them again."""
+
+    __slots__ = ("agent", "own_get")
+
+    def __init__(
+        self,
+        owner: type,
+        name: str,
+        timed: Callable[..., Any],
+        wanted: Callable[[Any], bool],
+        busy: Callable[[], bool],
+        agent: Any,
+    ) -> None:
+        super().__init__(owner, name, timed, wanted, busy)
+        self.agent = agent
+        self.own_get = getattr(type(self.own), "__get__", None)  # a function's, mostly
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        if obj is None or not self.agent.detail:
+            own = self.own
+            if own is not None:
+                get = self.own_get
+                return get(own, obj, objtype) if get is not None else own
+            target: Any = objtype if obj is None else obj
+            return getattr(super(self.owner, target), self.name)
+        return ClassPatch.__get__(self, obj, objtype)
+
+
 def patched(owner: type, name: str) -> ClassPatch | None:
     """The probe's patch on `owner.name`, if there is one."""
     value = owner.__dict__.get(name)

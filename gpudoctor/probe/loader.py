@@ -1,7 +1,8 @@
 """The DataLoader hooks: the time the training loop waits in `__next__` for a batch, the
 batch's size, and the loaders' settings read from their iterators (nothing is put on
 the user's loaders or iterators). On a step measured in detail only: `__next__` is a
-ClassPatch (invisible.py) that is there for those steps and gone for the others."""
+DetailPatch (invisible.py), in place all along, that hands a step only counted the
+original at once."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import time
 from typing import Any
 
 from .agent import Agent
-from .invisible import ClassPatch, drop_own_frame, tracing_checks, unseen
+from .invisible import DetailPatch, drop_own_frame, tracing_checks, unseen
 
 MAX_LOADERS = 8
 now = time.monotonic_ns
@@ -32,7 +33,7 @@ class LoaderHooks:
         clock = agent.clock
         tensor = torch.Tensor
         sequences = (tuple, list)
-        patch: ClassPatch
+        patch: DetailPatch
 
         def __next__(it: Any) -> Any:
             t0 = now()
@@ -63,12 +64,16 @@ class LoaderHooks:
                 agent.error("dataloader-next", exc, self)
             return batch
 
-        patch = ClassPatch(
-            dl._BaseDataLoaderIter, "__next__", unseen(__next__), self.wanted, tracing_checks(torch)
+        patch = DetailPatch(
+            dl._BaseDataLoaderIter,
+            "__next__",
+            unseen(__next__),
+            self.wanted,
+            tracing_checks(torch),
+            agent,
         )
         patch.install()
         self.patch = patch
-        agent.detail_parts.append((self.on, self.off))
 
     def wanted(self, it: Any) -> bool:
         return self.enabled and self.agent.active

@@ -38,7 +38,9 @@ def sent_rows(rows: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
     """Step rows (STEP_FIELDS) as a message carries them: a step only counted and timed
     as its first COUNTED_FIELDS."""
     short, rest = COUNTED_FIELDS, COUNTED_REST
-    return [row[:short] if row[short:] == rest else row for row in rows]
+    if all(len(row) == short for row in rows):  # the probe's counted steps come so
+        return rows
+    return [row if len(row) == short or row[short:] != rest else row[:short] for row in rows]
 
 
 # A datagram stays well under the default Unix socket send buffer (about 208 KiB).
