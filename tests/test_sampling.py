@@ -1,4 +1,4 @@
-"""The probe samples short steps (gpudoctor/probe/steps.py): on a real fast training
+"""The probe samples short steps (gpudoctor/probe/clock.py): on a real fast training
 loop under the real doctor, every step is still counted and timed, and the split and
 data wait come from the steps it measured in detail."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from conftest import PY, ROOT, doctor
 
-from gpudoctor.probe.clock import FULL_STEPS, SAMPLE_EVERY
+from gpudoctor.probe.clock import FULL_STEPS, SAMPLE_EVERY, SAMPLE_MIN_GAP_NS
 from gpudoctor.probe.flops import COUNT_AFTER_STEPS
 from gpudoctor.store import Store
 
@@ -30,9 +30,13 @@ def test_every_step_is_counted_and_one_in_n_is_measured_in_detail(tmp_path: Path
     counting = (COUNT_AFTER_STEPS, COUNT_AFTER_STEPS + 1)
     full = [n for n in range(FULL_STEPS) if n not in counting]
     assert [s.number for s in detailed[: len(full)]] == full
-    # one in SAMPLE_EVERY after that, plus one at least every half second
+    # one in SAMPLE_EVERY after that, or one every SAMPLE_MIN_GAP_NS on short steps
+    # (each plan learns the step time from the steps since the last one), plus one at
+    # least every half second
     later = len(steps) - FULL_STEPS
-    assert later // SAMPLE_EVERY <= len(detailed) - len(full) < later // 4
+    elapsed = steps[-1].t_end_mono_ns - steps[FULL_STEPS].t_end_mono_ns
+    expected = min(later // SAMPLE_EVERY, elapsed // SAMPLE_MIN_GAP_NS)
+    assert expected - 1 <= len(detailed) - len(full) < later // 4
     assert all(s.loader_ns > 0 and s.forward_ns > 0 and s.batch_size == 16 for s in detailed)
     counted = [s for s in steps if not s.detail]
     assert all(s.loader_ns == s.forward_ns == 0 and s.batch_size is None for s in counted)

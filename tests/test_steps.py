@@ -5,7 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from gpudoctor.probe import protocol
-from gpudoctor.probe.clock import FULL_STEPS, SAMPLE_EVERY, SAMPLE_MAX_GAP_NS, StepClock
+from gpudoctor.probe.clock import (
+    FULL_STEPS,
+    SAMPLE_EVERY,
+    SAMPLE_MAX_GAP_NS,
+    SAMPLE_MIN_GAP_NS,
+    StepClock,
+)
 
 MODEL, TEACHER = 101, 102  # root modules
 ADAM, SGD = 1, 2  # optimizers
@@ -203,7 +209,7 @@ def test_buffer_is_bounded_and_counts_drops() -> None:
     assert clock.dropped == 50
 
 
-def sampled_loop(clock: StepClock, n: int, step_ns: int = 10) -> None:
+def sampled_loop(clock: StepClock, n: int, step_ns: int = 1_000_000) -> None:
     """As the probe drives the clock once sampling is on: a step measured in detail sees
     every event; the ends of the counted ones are collected and handed over together."""
     clock.sampling = True
@@ -230,10 +236,10 @@ def sampled_loop(clock: StepClock, n: int, step_ns: int = 10) -> None:
 
 def test_sampled_steps_are_all_counted_and_one_in_n_is_detailed() -> None:
     clock = StepClock()
-    sampled_loop(clock, 200)
+    sampled_loop(clock, 200)  # 1 ms steps: one in SAMPLE_EVERY
     out = steps(clock)
     assert [s["index"] for s in out] == list(range(200))
-    assert all(s["wall_ns"] == 10 for s in out[1:])
+    assert all(s["wall_ns"] == 1_000_000 for s in out[1:])
     detailed = [s["index"] for s in out if s["detail"]]
     after = list(range(FULL_STEPS - 1 + SAMPLE_EVERY, 200, SAMPLE_EVERY))
     assert detailed == list(range(FULL_STEPS)) + after
@@ -243,6 +249,20 @@ def test_sampled_steps_are_all_counted_and_one_in_n_is_detailed() -> None:
         # what the probe leaves out of a counted step's row (protocol.COUNTED_FIELDS)
         rest = tuple(s.values())[protocol.COUNTED_FIELDS :]
         assert (rest == protocol.COUNTED_REST) == (not s["detail"])
+
+
+def test_short_steps_are_detailed_one_every_min_gap() -> None:
+    """On 100 us steps one in SAMPLE_EVERY would be 300 a second: one every
+    SAMPLE_MIN_GAP_NS instead (what a detailed step costs shows less)."""
+    clock = StepClock()
+    sampled_loop(clock, 3000, step_ns=100_000)
+    out = steps(clock)
+    assert [s["index"] for s in out] == list(range(3000))
+    ends = [s["t_end_mono_ns"] for s in out if s["detail"]][FULL_STEPS + 1 :]
+    gaps = [b - a for a, b in zip(ends, ends[1:], strict=False)]
+    assert len(gaps) > 5
+    # the first plan after the full steps knows no step time yet: one in SAMPLE_EVERY
+    assert all(SAMPLE_MIN_GAP_NS <= g <= SAMPLE_MIN_GAP_NS + 200_000 for g in gaps[1:])
 
 
 def test_slow_steps_are_detailed_at_least_every_half_second() -> None:

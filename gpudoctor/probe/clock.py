@@ -35,8 +35,8 @@ update, not input either.
 Everything between two step ends belongs to the later step.
 
 Sampling: once a job's steps end at its optimizers and the first FULL_STEPS are behind
-it, only one step in SAMPLE_EVERY (and at least one every SAMPLE_MAX_GAP_NS) is measured
-in detail (data wait, forward/backward/optimizer split, batch size); the others are only
+it, only one step in SAMPLE_EVERY, or one every SAMPLE_MIN_GAP_NS on shorter steps (and at
+least one every SAMPLE_MAX_GAP_NS), is measured in detail (data wait, forward/backward/optimizer split, batch size); the others are only
 counted and timed at the closer's step, which is all that runs for them. Each row says
 which kind it is (`detail`). This keeps the probe inside its budget on short steps
 (DESIGN.md section 7: <= 20 us per step; bench/RESULTS.md has the measurements).
@@ -66,6 +66,11 @@ PRE_TRAIN_HOLD_NS = 30_000_000_000
 FULL_STEPS = 20
 SAMPLE_EVERY = 32
 SAMPLE_MAX_GAP_NS = 500_000_000
+# On short steps, at most one detailed step every SAMPLE_MIN_GAP_NS: a detailed step and
+# the few after it cost ~125 us more than counted ones on a 0.24 ms step (bench/RESULTS.md,
+# 2026-12-05), 3.9 us a step at one in 32, 1.25% of the time at 25 ms. 40 a second still
+# give the rules hundreds of detailed steps in the windows they read (10 s and more).
+SAMPLE_MIN_GAP_NS = 25_000_000
 
 # A step that is only counted and timed: no split, no batch size (-1: unknown).
 NO_PARTS = (0, 0, 0, 0, 0, 0, -1, 0, 0)
@@ -116,6 +121,7 @@ class StepClock:
         self.detail = 1  # the step being measured now is measured in detail
         self.next_detail = 1  # and the next one will be (decided at this one's end)
         self.sampling = False  # set by the probe once its per-step hooks can be detached
+        self.planned: tuple[int, int] | None = None  # (index, time) of the last plan_next
         # the optimizer cycle
         self.cycle: list[int] = []
         self.closer: int | None = None
@@ -453,7 +459,13 @@ class StepClock:
             return 0, t_end
         self.next_detail = 0
         self.detail = 0
-        return SAMPLE_EVERY - 1, t_end + SAMPLE_MAX_GAP_NS
+        every = SAMPLE_EVERY
+        last = self.planned
+        self.planned = (self.index, t_end)
+        if last is not None and self.index > last[0] and t_end > last[1]:
+            step_ns = (t_end - last[1]) // (self.index - last[0])  # since the last plan
+            every = max(every, -(-SAMPLE_MIN_GAP_NS // max(1, step_ns)))
+        return every - 1, t_end + SAMPLE_MAX_GAP_NS
 
     def counted(self, ends: list[int]) -> None:
         """The ends of the steps that were only counted (the probe collects them in its
