@@ -6,6 +6,11 @@ server.
 What the main thread pays shows in its steps; what the probe's flush thread spends
 (encoding and sending the rows) runs beside them, so it is measured apart: that
 thread's CPU time over the whole run, per step of the probe's arm.
+
+It under-measures (bench/RESULTS.md, 2026-12-05): each switch sets attributes on classes,
+and CPython relearns their look-ups afterwards in both arms. `bench/probe_cycle.py`
+(nothing switched) and `bench/probe_versions.py` (separate processes) read the cost
+without that.
 """
 
 from __future__ import annotations
