@@ -169,13 +169,20 @@ def _steps(snapshots: list[Snapshot]) -> Iterator[Metric]:
         "gpudoctor_samples_per_second", "Training samples a second", labels=labels
     )
     steps = GaugeMetricFamily("gpudoctor_steps", "Steps counted so far", labels=labels)
+    loop = GaugeMetricFamily(
+        "gpudoctor_loop_index",
+        "A watched job's training loop counter, read from outside lately (its steps are not counted)",
+        labels=labels,
+    )
     gpu = GaugeMetricFamily(
         "gpudoctor_rank_gpu_info", "The GPU a rank computes on (value 1)",
         labels=[*labels, "gpu", "UUID"],
     )  # fmt: skip
     for s in snapshots:
         _add_steps(s, here, step, (wait, comm, own, rate, steps, gpu))
-    yield from (step, wait, comm, own, rate, steps, gpu)
+        if s.loop_counter is not None and not s.ranks:
+            loop.add_metric(list(_job_key(s)), s.loop_counter)
+    yield from (step, wait, comm, own, rate, steps, gpu, loop)
 
 
 class StepQuantiles(Metric):
@@ -311,6 +318,7 @@ class PushedEntry:
     pid: int
     families: tuple[Metric, ...]
     labels: dict[str, str]
+    running: bool = True  # False: ended, its last series served for the grace period
 
 
 class NodeCollector(Collector):
@@ -368,7 +376,7 @@ class NodeCollector(Collector):
         for p in pushed:  # the job's own doctor serves the rest
             key = [p.labels.get("rank", ""), str(p.pid), here]
             info.add_metric([*key, *(p.labels.get(k, "") for k in IDENTITY_LABELS)], 1)
-            running.add_metric(key, 1)
+            running.add_metric(key, 1 if p.running else 0)
         for e in entries:
             key = list(_job_key(e.snapshot))
             info.add_metric([*key, *(e.labels.get(k, "") for k in IDENTITY_LABELS)], 1)
@@ -381,7 +389,7 @@ class NodeCollector(Collector):
         yield from (info, running, cpu, delay)
         yield GaugeMetricFamily(
             "gpudoctor_exporter_jobs", "Training jobs the exporter follows now",
-            value=sum(e.running for e in entries) + len(pushed),
+            value=sum(e.running for e in entries) + sum(p.running for p in pushed),
         )  # fmt: skip
         yield CounterMetricFamily(
             "gpudoctor_exporter_samplers_cpu_seconds",

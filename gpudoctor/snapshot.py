@@ -64,6 +64,9 @@ class Snapshot:
     predictions: dict[str, Prediction] = field(default_factory=dict)
     # the run over time (series.py), when a screen shows plots (their stretch)
     series: RunSeries | None = None
+    # a watched job: its training loop's own counter as read lately (None: no reading in
+    # LOOP_COUNTER_FRESH_NS), the step count of a job whose steps are not counted
+    loop_counter: int | None = None
 
     @property
     def running(self) -> bool:
@@ -147,7 +150,21 @@ def take(
         hotspots=w.hotspots,
         speed_of_light=speed_of_light(w) if measured else None,
         predictions=diagnosed.predictions,
+        loop_counter=_loop_counter(w, now) if timeline.mode == "watch" else None,
     )
+
+
+# A reading of a watched job's loop counter is served this long: the node exporter reads
+# one at least every 80 s (app/exporter.py NODE_STACKS), `watch` every few seconds; an
+# older one means the reading stopped (its series goes, no stall is claimed on it).
+LOOP_COUNTER_FRESH_NS = 300_000_000_000
+
+
+def _loop_counter(w: Window, now: int) -> int | None:
+    found = w.loop_counter
+    if found is None or now - found[0] > LOOP_COUNTER_FRESH_NS:
+        return None
+    return found[1]
 
 
 def _predictions(findings: tuple[Finding, ...], w: Window) -> dict[str, Prediction]:

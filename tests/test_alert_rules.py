@@ -141,9 +141,14 @@ def _served() -> set[str]:
     collector.latest = dataclasses.replace(s, elapsed_s=s.elapsed_s + 3600)
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
         text = response.read().decode()
-    # and what the node exporter serves for the same job
+    # and what the node exporter serves for the same job, and for one watched from
+    # outside (its loop counter read: the stalled-job alert's series for it)
+    watched = dataclasses.replace(s, mode="watch", job_pid=4242, loop_counter=1234)
     node = NodeCollector()
-    node.entries = (NodeEntry(s, True, {"user": "alice", "hpc_job": "77"}),)
+    node.entries = (
+        NodeEntry(s, True, {"user": "alice", "hpc_job": "77"}),
+        NodeEntry(watched, True, {"user": "bob"}),
+    )
     port = free_port()
     serve_collector(f"127.0.0.1:{port}", node)
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:

@@ -91,6 +91,9 @@ def test_the_exporter_serves_every_training_job_on_the_node_to_prometheus(tmp_pa
 
         text = wait_for(timed, timeout=60)
         assert not {str(ranked.pid), str(later.pid)} & input_bound()
+        # the loop counter its own code keeps, read from outside: what the stalled-job
+        # alert watches for a job whose steps are not counted (deploy/prometheus)
+        assert values(text, "gpudoctor_loop_index").get(str(loader.pid), -1) >= 0
         # every per-job series says its node and pid; the rank and the Slurm job as read
         for name in ("gpudoctor_job_info", "gpudoctor_job_running", "gpudoctor_step_seconds",
                      "gpudoctor_data_wait_ratio", "gpudoctor_finding_estimated_gain_ratio"):  # fmt: skip
@@ -191,7 +194,8 @@ def test_the_shipped_unit_and_daemonset_run_the_exporter_on_the_network() -> Non
 def test_a_job_under_gpudoctor_run_is_served_from_its_own_doctor(tmp_path: Path) -> None:
     """A `run` doctor on the node sends its series to the exporter: the job is served with
     its counted steps (from outside they are not counted) and not watched from outside.
-    A datagram from another user speaking for a job not theirs is refused."""
+    A datagram from another user speaking for a job not theirs is refused. When the job
+    ends, its series stay for the grace period (running 0), then go."""
     # a folder other users can reach (pytest's are the owner's alone): the forged sender
     shared = Path(tempfile.mkdtemp(prefix="gpudoctor-exporter-"))
     shared.chmod(0o755)
@@ -200,7 +204,7 @@ def test_a_job_under_gpudoctor_run_is_served_from_its_own_doctor(tmp_path: Path)
     port = free_port()
     exporter = subprocess.Popen(
         [PY, "-m", "gpudoctor", "--store", str(tmp_path / "s.db"), "exporter", "--metrics",
-         str(port), "--interval", "1"],
+         str(port), "--interval", "1", "--grace", "4"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         preexec_fn=as_from_a_terminal,
     )  # fmt: skip
@@ -247,6 +251,14 @@ def test_a_job_under_gpudoctor_run_is_served_from_its_own_doctor(tmp_path: Path)
             while time.monotonic() < deadline:
                 assert 4242424 not in values(get(url), "gpudoctor_steps").values()
                 time.sleep(0.2)
+        # the job ends: served as it ended (running 0, its steps as last sent) for the
+        # grace period, as a watched job is, then gone
+        run.send_signal(signal.SIGINT)
+        run.wait(timeout=60)
+        wait_for(lambda: values(get(url), "gpudoctor_job_running").get(job_pid) == 0, timeout=30)
+        assert values(get(url), "gpudoctor_steps").get(job_pid, 0) > 0
+        wait_for(lambda: job_pid not in pids(get(url)), timeout=30)
+        assert job_pid not in values(get(url), "gpudoctor_steps")
     finally:
         for p in (run, exporter):
             if p is not None and p.poll() is None:

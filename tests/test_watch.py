@@ -31,7 +31,7 @@ from conftest import (
 from nvml_replay import ReplayNvml
 
 from gpudoctor.app.follow import Follower
-from gpudoctor.diagnosis.window import Window, stack_steps_per_s
+from gpudoctor.diagnosis.window import Window, stack_loop_counter, stack_steps_per_s
 from gpudoctor.jobs.watched import WatchedJob, find_target, foreign_gpu_pids
 from gpudoctor.model import StackChunk
 from gpudoctor.sources.nvml import NvmlReader
@@ -358,6 +358,21 @@ def test_step_rate_from_loop_counters_skips_an_epoch_restart() -> None:
     assert w.estimated and w.data_wait_fraction == pytest.approx(0.5)
     assert w.step_median_ms == pytest.approx(10.0)
     assert stack_steps_per_s(chunks[:1]) is None
+
+
+def test_the_loop_counter_served_is_the_one_the_rate_comes_from_and_holds_when_stuck() -> None:
+    """gpudoctor_loop_index (the exporter's stalled-job alert reads it): the counter
+    that rose, as last read; a loop that stands still still has one (the best-named)."""
+    moving = (
+        chunk(0, {"main:i": 3, "main:step": 100}),
+        chunk(5, {"main:i": 3, "main:step": 600}),
+        chunk(10, {"main:i": 3, "main:step": 1100}),
+    )
+    assert stack_loop_counter(moving) == (10 * 10**9, 1100)
+    stuck = (chunk(0, {"main:i": 4, "main:step": 700}), chunk(5, {"main:i": 4, "main:step": 700}))
+    assert stack_loop_counter(stuck) == (5 * 10**9, 700)  # "step" names a step best
+    assert stack_loop_counter((chunk(0, {}),)) is None
+    assert Window(stacks=stuck).loop_counter == (5 * 10**9, 700)
 
 
 def test_the_chunk_under_way_is_kept_when_the_watch_ends(

@@ -5,7 +5,8 @@ One loop in one thread: each refresh it looks at the node (jobs/node.py), starts
 watching each new training process as `watch` does (never injecting, never stopping
 it; each a session in the store, as a watch is) with a lighter stack sampler, takes one
 turn of each watched job, and hands the collector one entry per job. A job that ended
-is served as it ended (`gpudoctor_job_running` 0) for `grace_s` more, then dropped.
+is served as it ended (`gpudoctor_job_running` 0) for `grace_s` more, then dropped; so is
+a job whose own `run` doctor sent its series (pushed.py).
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ class Exporter:
         # the series `run` doctors on the node send (pushed.py): their jobs are not
         # watched from outside while they come
         self.receiver: Receiver | None = None
+        self.pushed_seen: dict[int, PushedEntry] = {}  # served at the last refresh, running
+        self.pushed_ended: dict[int, tuple[PushedEntry, float]] = {}  # and since when ended
         path = receiving_path()
         if path is not None:
             try:
@@ -142,11 +145,33 @@ class Exporter:
             elif now - f.ended_at >= self.grace_s:
                 del self.followed[key]
         self.collector.entries = tuple(f.entry for f in self.followed.values() if f.entry)
-        self.collector.pushed = tuple(
-            PushedEntry(pid, tuple(job.families), self.known[key].labels)
-            for pid, job in pushed.items()
-            for key in [k for k in self.known if k[0] == pid][:1]
-        )
+        self.collector.pushed = self._pushed_entries(pushed, now)
+
+    def _pushed_entries(self, pushed: dict[int, PushedJob], now: float) -> tuple[PushedEntry, ...]:
+        """The jobs their own doctor speaks for, and those of them that ended: served as
+        they were last, `gpudoctor_job_running` 0, for the grace period (as a watched
+        job's are). One whose doctor went quiet while it runs is watched from outside."""
+        alive = {key[0]: key for key in self.known}
+        served: list[PushedEntry] = []
+        for pid, job in pushed.items():
+            if pid in alive:
+                entry = PushedEntry(pid, tuple(job.families), self.known[alive[pid]].labels)
+                self.pushed_seen[pid] = entry
+                served.append(entry)
+        for pid in list(self.pushed_seen):
+            if pid in alive and pid not in pushed:  # its doctor is gone: watched now
+                del self.pushed_seen[pid]
+            elif pid not in alive:  # the job ended
+                entry = self.pushed_seen.pop(pid)
+                self.pushed_ended[pid] = (dataclasses.replace(entry, running=False), now)
+                if self.receiver is not None:  # its doctor's last words change nothing
+                    self.receiver.jobs.pop(pid, None)
+        for pid, (entry, ended_at) in list(self.pushed_ended.items()):
+            if now - ended_at >= self.grace_s or pid in self.pushed_seen:
+                del self.pushed_ended[pid]
+            else:
+                served.append(entry)
+        return tuple(served)
 
     def _awaited(self, node_job: NodeJob) -> bool:
         """A job under `gpudoctor run` is given FRESH_S for its doctor to send its

@@ -107,7 +107,35 @@ def stack_steps_per_s(chunks: tuple[StackChunk, ...] | list[StackChunk]) -> floa
     first and last readings): the counter that rose the most often (best-named first when
     tied), over the intervals where it rose (a counter that fell restarted with an
     epoch: that interval is left out)."""
-    readings = [
+    rises = _rises(_readings(chunks))
+    if not rises:
+        return None
+    _, steps, ns = rises[_best(rises)]
+    return steps / (ns / 1e9) if ns else None
+
+
+def stack_loop_counter(chunks: tuple[StackChunk, ...] | list[StackChunk]) -> tuple[int, int] | None:
+    """The training loop's own counter at its latest reading, (when, value): the one
+    stack_steps_per_s takes the rate from, else (it did not rise in these chunks: a loop
+    that stands still) the best-named one in that reading. None without a reading."""
+    readings = _readings(chunks)
+    if not readings:
+        return None
+    t, latest = readings[-1]
+    rises = _rises(readings)
+    best = _best(rises) if rises else None
+    if best is None or best not in latest:
+        if not latest:
+            return None
+        best = min(latest, key=lambda key: COUNTER_NAMES.index(key.rsplit(":", 1)[-1]))
+    return t, latest[best]
+
+
+def _readings(
+    chunks: tuple[StackChunk, ...] | list[StackChunk],
+) -> list[tuple[int, dict[str, int]]]:
+    """The chunks' readings of the loop counters (each chunk's first and last), in order."""
+    return [
         (t, counters)
         for c in chunks
         for t, counters in (
@@ -116,9 +144,11 @@ def stack_steps_per_s(chunks: tuple[StackChunk, ...] | list[StackChunk]) -> floa
         )
         if counters and t is not None
     ]
-    if len(readings) < 2:
-        return None
-    rises: dict[str, tuple[int, int, int]] = {}  # key -> (intervals, steps, ns)
+
+
+def _rises(readings: list[tuple[int, dict[str, int]]]) -> dict[str, tuple[int, int, int]]:
+    """Each counter's rises between readings: (intervals, steps, ns)."""
+    rises: dict[str, tuple[int, int, int]] = {}
     for (t_a, a), (t_b, b) in zip(readings, readings[1:], strict=False):
         dt = t_b - t_a
         for key, value in b.items():
@@ -126,16 +156,17 @@ def stack_steps_per_s(chunks: tuple[StackChunk, ...] | list[StackChunk]) -> floa
             if before is not None and value > before and dt > 0:
                 n, steps, ns = rises.get(key, (0, 0, 0))
                 rises[key] = (n + 1, steps + value - before, ns + dt)
-    if not rises:
-        return None
+    return rises
+
+
+def _best(rises: dict[str, tuple[int, int, int]]) -> str:
+    """The counter that rose the most often, the best-named first when tied."""
 
     def rank(key: str) -> tuple[int, int]:
         name = key.rsplit(":", 1)[-1]
         return (-rises[key][0], COUNTER_NAMES.index(name))
 
-    best = min(rises, key=rank)
-    _, steps, ns = rises[best]
-    return steps / (ns / 1e9) if ns else None
+    return min(rises, key=rank)
 
 
 @dataclass(frozen=True)
@@ -237,6 +268,11 @@ class Window:
             count = self.rollup.count if self.rollup is not None else len(self.steady_steps)
             return count / wall_s
         return stack_steps_per_s(self.stacks) if self.estimated else None
+
+    @property
+    def loop_counter(self) -> tuple[int, int] | None:
+        """A watched job's loop counter as last read (when, value): stack_loop_counter."""
+        return stack_loop_counter(self.stacks) if self.stacks else None
 
     def has_steps(self, minimum: int) -> bool:
         """Enough of the job's steps seen to judge the step measures: steps the probe
