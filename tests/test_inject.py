@@ -5,6 +5,7 @@ this machine's CPython), and removed again."""
 from __future__ import annotations
 
 import asyncio
+import glob
 import json
 import os
 import platform
@@ -430,6 +431,52 @@ def test_a_job_paused_inside_a_garbage_collection_gets_the_probe_outside_it(
     assert job.returncode == 0 and err == "", err
     assert out.read_text().splitlines() == ["collecting", "done"]
     assert r["mode"] == "inject" and r["steps"]["count"] > 0
+
+
+def test_the_ptrace_route_reaches_every_cpython_on_this_machine(tmp_path: Path) -> None:
+    """Each CPython 3.10-3.13 installed here (pyenv's, Debian's) takes the doctor's call
+    and runs the boot script, which answers that the job has no torch: one line, exit
+    2, and the job goes on, its output its own. (torch's CPU wheel here is 3.11's: the
+    full probe on the others waits for a machine with their wheels.)"""
+    if platform.machine() != "x86_64":
+        pytest.skip("the ptrace route is x86-64's")
+    found = sorted(
+        {
+            str(Path(p).resolve())
+            for p in glob.glob("/root/.pyenv/versions/3.1[0-3].*/bin/python3.1?")
+        }
+        | {str(Path(p).resolve()) for p in glob.glob("/usr/bin/python3.1[0-3]")}
+    )
+    if not found:
+        pytest.skip("no other CPython 3.10-3.13 on this machine (pyenv, /usr/bin)")
+    loop = "import time\nfor n in range(2000):\n    time.sleep(0.005)\nprint('done', n)\n"
+    jobs = [
+        subprocess.Popen(
+            [python, "-c", loop],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env_without_probe(),
+            preexec_fn=as_from_a_terminal,
+        )  # fmt: skip
+        for python in found
+    ]
+    try:
+        time.sleep(0.5)
+        for python, job in zip(found, jobs, strict=True):
+            said = doctor("watch", "--pid", str(job.pid), "--inject", "--headless",
+                          "--max-seconds", "3")  # fmt: skip
+            assert said.returncode == 2, (python, said.stdout, said.stderr)
+            assert "has not loaded torch" in said.stderr and "Traceback" not in said.stderr
+            assert len(said.stderr.strip().splitlines()) == 1, said.stderr
+            assert job.poll() is None, python
+        for python, job in zip(found, jobs, strict=True):
+            out, err = job.communicate(timeout=120)
+            assert (job.returncode, out, err) == (0, "done 1999\n", ""), python
+    finally:
+        for job in jobs:
+            job.kill()
+            job.wait()
 
 
 def test_the_route_reads_the_target_python_from_its_libpython_or_executable() -> None:
