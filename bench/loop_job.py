@@ -10,6 +10,7 @@ import argparse
 import json
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -32,6 +33,33 @@ def make_job(
         nn.Linear(hidden, 10),
     ).to(device)  # fmt: skip
     return loader, model, torch.optim.SGD(model.parameters(), lr=0.01), nn.CrossEntropyLoss()
+
+
+def stepper(
+    loader: Any, model: nn.Module, optimizer: Any, criterion: nn.Module, device: Any = None
+) -> Callable[[], None]:
+    """One training step of make_job's setup per call, its loader gone over endlessly
+    (the in-process benchmarks time the steps themselves). With `device`, each batch is
+    moved there and a CUDA step waited for (the benchmark's own clock)."""
+
+    def batches() -> Any:
+        while True:
+            yield from loader
+
+    source = batches()
+
+    def step() -> None:
+        x, y = next(source)
+        if device is not None:
+            x, y = x.to(device), y.to(device)
+        loss = criterion(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if device is not None and device.type == "cuda":
+            torch.cuda.synchronize()
+
+    return step
 
 
 def main() -> None:

@@ -22,7 +22,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -55,25 +54,12 @@ def main() -> None:
 
         agent = load_probe(socket_path)  # before torch, as the boot folder would
         import torch
-        from loop_job import make_job
+        from loop_job import make_job, stepper
 
         torch.set_num_threads(1)
-        loader, model, optimizer, criterion = make_job(
-            args.hidden, args.batch_size, torch.device("cpu"), epoch_batches=63
+        step = stepper(
+            *make_job(args.hidden, args.batch_size, torch.device("cpu"), epoch_batches=63)
         )
-
-        def batches() -> Any:
-            while True:
-                yield from loader
-
-        source = batches()
-
-        def step() -> None:
-            x, y = next(source)
-            loss = criterion(model(x), y)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
 
         for _ in range(200):  # past the probe's first steps, all measured in detail
             step()

@@ -123,7 +123,11 @@ def main() -> None:
     import torch
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from loop_job import make_job, trimmed_mean  # after the probe: torch must load under it
+    from loop_job import (  # after the probe: torch must load under it
+        make_job,
+        stepper,
+        trimmed_mean,
+    )
 
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -133,21 +137,7 @@ def main() -> None:
         args.hidden, args.batch_size, device, epoch_batches=63
     )
 
-    def batches() -> Any:
-        while True:
-            yield from loader
-
-    source = batches()
-
-    def step() -> None:
-        x, y = next(source)
-        x, y = x.to(device), y.to(device)
-        loss = criterion(model(x), y)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+    step = stepper(loader, model, optimizer, criterion, device)
 
     for _ in range(40):  # warm-up: the probe finds the root module, drops the patches it
         # no longer needs, and has measured its first steps in full (FULL_STEPS)

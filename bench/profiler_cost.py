@@ -16,12 +16,11 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from loop_job import make_job, trimmed_mean  # noqa: E402
+from loop_job import make_job, stepper, trimmed_mean  # noqa: E402
 
 SIZES = {"~10 ms step": (512, 128), "~1 ms step": (128, 32)}
 
@@ -50,22 +49,7 @@ def measure(
     hidden: int, batch: int, blocks: int, block_steps: int
 ) -> tuple[list[float], list[float], list[float]]:
     """Step times without and under the profiler, and each block's enter/exit cost."""
-    loader, model, optimizer, criterion = make_job(
-        hidden, batch, torch.device("cpu"), epoch_batches=63
-    )
-
-    def batches() -> Any:
-        while True:
-            yield from loader
-
-    source = batches()
-
-    def step() -> None:
-        x, y = next(source)
-        loss = criterion(model(x), y)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+    step = stepper(*make_job(hidden, batch, torch.device("cpu"), epoch_batches=63))
 
     for _ in range(50):
         step()
