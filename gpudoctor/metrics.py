@@ -180,6 +180,8 @@ def _steps(snapshots: list[Snapshot]) -> Iterator[Metric]:
     )  # fmt: skip
     for s in snapshots:
         _add_steps(s, here, step, (wait, comm, own, rate, steps, gpu))
+        # apart from the step series: a loop that stands still has no step time, and
+        # its counter is what the stalled-job alert reads
         if s.loop_counter is not None and not s.ranks:
             loop.add_metric(list(_job_key(s)), s.loop_counter)
     yield from (step, wait, comm, own, rate, steps, gpu, loop)

@@ -127,7 +127,7 @@ def stack_loop_counter(chunks: tuple[StackChunk, ...] | list[StackChunk]) -> tup
     if best is None or best not in latest:
         if not latest:
             return None
-        best = min(latest, key=lambda key: COUNTER_NAMES.index(key.rsplit(":", 1)[-1]))
+        best = min(latest, key=_name_rank)
     return t, latest[best]
 
 
@@ -162,11 +162,12 @@ def _rises(readings: list[tuple[int, dict[str, int]]]) -> dict[str, tuple[int, i
 def _best(rises: dict[str, tuple[int, int, int]]) -> str:
     """The counter that rose the most often, the best-named first when tied."""
 
-    def rank(key: str) -> tuple[int, int]:
-        name = key.rsplit(":", 1)[-1]
-        return (-rises[key][0], COUNTER_NAMES.index(name))
+    return min(rises, key=lambda key: (-rises[key][0], _name_rank(key)))
 
-    return min(rises, key=rank)
+
+def _name_rank(key: str) -> int:
+    """How well a counter's name ("function:name") names a step: COUNTER_NAMES' order."""
+    return COUNTER_NAMES.index(key.rsplit(":", 1)[-1])
 
 
 @dataclass(frozen=True)

@@ -36,8 +36,9 @@ Everything between two step ends belongs to the later step.
 
 Sampling: once a job's steps end at its optimizers and the first FULL_STEPS are behind
 it, only one step in SAMPLE_EVERY, or one every SAMPLE_MIN_GAP_NS on shorter steps (and at
-least one every SAMPLE_MAX_GAP_NS), is measured in detail (data wait, forward/backward/optimizer split, batch size); the others are only
-counted and timed at the closer's step, which is all that runs for them. Each row says
+least one every SAMPLE_MAX_GAP_NS), is measured in detail (data wait, forward/backward/
+optimizer split, batch size); the others are only counted and timed at the closer's
+step, which is all that runs for them. Each row says
 which kind it is (`detail`). This keeps the probe inside its budget on short steps
 (DESIGN.md section 7: <= 20 us per step; bench/RESULTS.md has the measurements).
 """
@@ -257,7 +258,7 @@ class StepClock:
         if rows and self.first_start is None:
             self.first_start = rows[0][1] - rows[0][2]
         for row in rows:
-            if self.added - self.removed < MAX_BUFFERED_STEPS:
+            if self.buffered < MAX_BUFFERED_STEPS:
                 self.out.append(row)
                 self.added += 1
             else:
@@ -476,14 +477,12 @@ class StepClock:
         (bench/RESULTS.md, 2026-12-05). Nothing is held back while steps are counted
         (`plan_next`), and a counted step's parts are none."""
         if ends:
-            n = len(ends)
-            room = MAX_BUFFERED_STEPS - (self.added - self.removed)
-            if room > 0:
-                kept = ends if n <= room else ends[:room]
+            kept = ends[: max(0, MAX_BUFFERED_STEPS - self.buffered)]  # the newest dropped
+            if kept:
                 self.out.append([self.index, self.last_end, kept])
                 self.added += len(kept)
-            self.dropped += n - max(0, min(n, room))
-            self.index += n
+            self.dropped += len(ends) - len(kept)
+            self.index += len(ends)
             self.last_end = ends[-1]
             self.step_roots = set()
             self._zero()
@@ -506,7 +505,7 @@ class StepClock:
                 index, before, ends = item
                 room = limit - len(rows)
                 if len(ends) > room:
-                    out.appendleft([index + room, ends[room - 1], ends[room:]])
+                    out.appendleft(_after(item, room))
                     ends = ends[:room]
                 walls = map(int.__sub__, ends, [before, *ends[:-1]])
                 rows.extend(zip(range(index, index + len(ends)), ends, walls, strict=True))
@@ -527,8 +526,7 @@ class StepClock:
         while over > 0 and out:
             item = out.popleft()
             if type(item) is list and len(item[2]) > over:  # the block's oldest only
-                index, _, ends = item
-                out.appendleft([index + over, ends[over - 1], ends[over:]])
+                out.appendleft(_after(item, over))
                 gone = over
             else:
                 gone = len(item[2]) if type(item) is list else 1
@@ -539,3 +537,9 @@ class StepClock:
 
     def state(self) -> dict[str, Any]:
         return {"level": END_NAMES[self.level], "steps": self.index}
+
+
+def _after(block: list[Any], k: int) -> list[Any]:
+    """A block of counted steps (StepClock.counted) without its first k."""
+    index, _, ends = block
+    return [index + k, ends[k - 1], ends[k:]]

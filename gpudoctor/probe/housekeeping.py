@@ -6,9 +6,10 @@ The clock takes their time out of the time outside the model (clock.py,
 are never data wait.
 
 On steps measured in detail only. The methods are DetailPatches (invisible.py), in place
-all along and handing a step that is only counted the original at once; the two functions of `torch.nn.utils` are
-module attributes of torch, like `torch.autograd.backward` (autograd.py), wrappers with
-the originals' names and signatures that pass straight through on other steps. A call
+all along and handing a step that is only counted the original at once; the two
+functions of `torch.nn.utils` are module attributes of torch, like
+`torch.autograd.backward` (autograd.py), wrappers with the originals' names and
+signatures that pass straight through on other steps. A call
 inside another one (clipping inside a `no_grad` block) is part of the outer one.
 
 A job that has stepped no optimizer by its first backward may update its parameters by

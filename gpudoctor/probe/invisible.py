@@ -279,6 +279,8 @@ class DetailPatch(ClassPatch):
         self.own_get = getattr(type(self.own), "__get__", None)  # a function's, mostly
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        # the original written out, as in RootCall: calling `original` here cost an
+        # access half as much again (0.27 against 0.17 us, timed alone)
         if obj is None or not self.agent.detail:
             own = self.own
             if own is not None:
