@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import json
 import os
 import socket
 import sqlite3
 import time
-from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -392,26 +392,33 @@ class Store:
     def follow(self, session_id: int, timeline: Timeline, after_id: int) -> int:
         """The session's records after `after_id` applied to `timeline` (its end too,
         once recorded); the last record's id."""
-        last = after_id
-        # GPU readings: only those the timeline keeps (its newest) are decoded, after the
-        # rest (a week's 8 GPUs: three in four would be decoded for nothing). Meanwhile a
-        # profiler capture's marker takes the newest host reading's time, of the same tick.
-        gpu_texts: deque[str] = deque(maxlen=timeline.gpus.maxlen)
+        with _no_collections():
+            return self._follow(session_id, timeline, after_id)
+
+    def _follow(self, session_id: int, timeline: Timeline, after_id: int) -> int:
         try:
-            for record_id, kind, data in self.db.execute(
-                "SELECT id, kind, data FROM records WHERE session_id=? AND id>? ORDER BY id",
-                (session_id, after_id),
+            # up to the newest record now (two reads below: a live session's records
+            # written between them are the next follow's)
+            (newest,) = self.db.execute(
+                "SELECT MAX(id) FROM records WHERE session_id=?", (session_id,)
+            ).fetchone()
+            last = max(after_id, newest or 0)
+            for kind, data in self.db.execute(
+                "SELECT kind, data FROM records WHERE session_id=? AND id>? AND id<=?"
+                " AND kind!='gpu' ORDER BY id",
+                (session_id, after_id, last),
             ):
-                last = record_id
-                if kind == "gpu":
-                    gpu_texts.append(data)
-                    continue
                 record = jsontext.loads(data)
                 # a rollup of records this timeline read already, as rows (a follower
                 # of a live session that was compacted since): counted once
                 if kind != "rollup" or record.get("first_id", after_id + 1) > after_id:
                     apply_record(timeline, kind, record)
-            timeline.gpus.extend(_newest_gpus(gpu_texts, timeline.gpus.maxlen))
+            # GPU readings: only those the timeline keeps (its newest), read newest first
+            # (a week's 8 GPUs: three in four would be read and decoded for nothing, and
+            # their 45 MB of text held)
+            timeline.gpus.extend(
+                self._newest_gpus(session_id, after_id, last, timeline.gpus.maxlen)
+            )
             timeline.settle()  # the step rows held as the records were read
             end_ns, exit_json = self.db.execute(
                 "SELECT end_mono_ns, exit_json FROM sessions WHERE id=?", (session_id,)
@@ -424,6 +431,26 @@ class Store:
         if exit_json:
             timeline.exit = _built(JobExit, json.loads(exit_json))
         return last
+
+    def _newest_gpus(
+        self, session_id: int, after_id: int, until_id: int, room: int | None
+    ) -> list[GpuSample]:
+        """The newest `room` GPU readings (all when None) of the session's GPU records
+        after `after_id` up to `until_id`, in order; only the records that hold them
+        read and decoded."""
+        ticks: list[list[dict[str, Any]]] = []
+        held = 0
+        for (data,) in self.db.execute(
+            "SELECT data FROM records WHERE session_id=? AND id>? AND id<=? AND kind='gpu'"
+            " ORDER BY id DESC",
+            (session_id, after_id, until_id),
+        ):
+            if room is not None and held >= room:
+                break
+            ticks.append(jsontext.loads(data))
+            held += len(ticks[-1])
+        gpus = [decode_gpu(g) for tick in reversed(ticks) for g in tick]
+        return gpus[len(gpus) - room :] if room is not None else gpus
 
     def prune(self, older_than_s: float, now: float | None = None) -> tuple[int, int]:
         """Sessions that started more than `older_than_s` ago and are not live, with
@@ -527,6 +554,21 @@ class Store:
         return sum(int(steps) for _, steps in rows) if rows else None
 
 
+@contextlib.contextmanager
+def _no_collections() -> Iterator[None]:
+    """No garbage collection while a session's records are read: a week's load makes
+    millions of objects that hold no cycles, and the collections they set off walked
+    them again and again (a fifth of the load's time: bench/RESULTS.md). Garbage
+    without cycles is freed at once all the same."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _retried(attempt: Callable[[], T], again: Callable[[sqlite3.Error], bool], pause_s: float) -> T:
     """`attempt()`, tried again after `pause_s` while it fails with an error `again`
     accepts, up to FINISH_TRIES_S; the last error is raised."""
@@ -625,28 +667,14 @@ def encode(sample: Any) -> Any:
 def decode_host(d: dict[str, Any]) -> HostSample:
     d = dict(d)
     d["cpu_pct_per_core"] = tuple(d["cpu_pct_per_core"])
-    d["job"] = tuple(_built(ProcSample, p) for p in d.get("job", ()))
-    d["others"] = tuple(_built(OtherProcess, p) for p in d.get("others", ()))
+    d["job"] = tuple([_built(ProcSample, p) for p in d.get("job", ())])
+    d["others"] = tuple([_built(OtherProcess, p) for p in d.get("others", ())])
     return _built(HostSample, d)
-
-
-def _newest_gpus(texts: deque[str], room: int | None) -> list[GpuSample]:
-    """The newest `room` GPU readings (all when None) of GPU records' texts, in order;
-    only the records that hold them decoded."""
-    ticks: list[list[dict[str, Any]]] = []
-    held = 0
-    for text in reversed(texts):
-        if room is not None and held >= room:
-            break
-        ticks.append(jsontext.loads(text))
-        held += len(ticks[-1])
-    gpus = [decode_gpu(g) for tick in reversed(ticks) for g in tick]
-    return gpus[len(gpus) - room :] if room is not None else gpus
 
 
 def decode_gpu(d: dict[str, Any]) -> GpuSample:
     d = dict(d)
-    d["processes"] = tuple(_built(GpuProcess, p) for p in d.get("processes", ()))
+    d["processes"] = tuple([_built(GpuProcess, p) for p in d.get("processes", ())])
     if d.get("clock_event_reasons") is not None:
         d["clock_event_reasons"] = tuple(d["clock_event_reasons"])
     if d.get("compute_capability") is not None:
@@ -659,6 +687,10 @@ def _built(cls: type[T], d: dict[str, Any]) -> T:
     one does not know (a reading it added since: HostSample.others_niced_cpu_cores
     was one): those are left out, not a failure to read the whole session. A field
     missing that has no default still fails (TypeError)."""
+    if d.keys() == _plain_fields(cls):  # every field, as this doctor writes them: its
+        built = object.__new__(cls)  # frozen __init__ sets each through object's
+        built.__dict__.update(d)  # __setattr__ (a week's load builds ~100,000)
+        return built
     try:
         return cls(**d)
     except TypeError:
@@ -666,3 +698,15 @@ def _built(cls: type[T], d: dict[str, Any]) -> T:
         if set(d) <= known:
             raise
         return cls(**{k: v for k, v in d.items() if k in known})
+
+
+def _plain_fields(cls: type) -> frozenset[str] | None:
+    """The fields of a dataclass whose __init__ only sets them (no __post_init__, no
+    slots): one that can be built from its fields' values alone; else None."""
+    if cls not in _PLAIN:
+        plain = not hasattr(cls, "__post_init__") and not hasattr(cls, "__slots__")
+        _PLAIN[cls] = frozenset(f.name for f in dataclasses.fields(cls)) if plain else None
+    return _PLAIN[cls]
+
+
+_PLAIN: dict[type, frozenset[str] | None] = {}

@@ -10,8 +10,8 @@ from array import array
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from itertools import islice
+from operator import itemgetter
 from typing import Any
 
 from gpudoctor.diagnosis.gpu_timeline import RankTimeline
@@ -36,6 +36,7 @@ COUNTED = protocol.COUNTED_FIELDS
 # a counted step's other fields as a record holds them (its batch size unknown: None)
 COUNTED_REST = tuple(None if f < 0 else f for f in protocol.COUNTED_REST)
 NUMBER = STEP_FIELD["number"]
+_INDEX = itemgetter(0)  # a row's step number (protocol.STEP_FIELDS)
 WALL = STEP_FIELD["wall_ns"]
 # A week-long run must not grow the doctor without bound: the timeline keeps the most
 # recent samples and steps as rows (the store keeps them all), every steady step rolled
@@ -58,7 +59,7 @@ def _samples() -> deque[Any]:
     return deque(maxlen=MAX_SAMPLES_KEPT)
 
 
-_record = partial(tuple.__new__, StepRecord)  # StepRecord(*fields) without its keywords
+_new = tuple.__new__  # _new(StepRecord, fields): StepRecord(*fields) without its keywords
 
 
 def steps_of(pid: int, rows: list[list[Any]]) -> list[StepRecord]:
@@ -71,12 +72,14 @@ def steps_of(pid: int, rows: list[list[Any]]) -> list[StepRecord]:
         if widths - {WIDTH, COUNTED, protocol.STEP_FIELDS_V1_0}:
             raise ValueError(f"step rows of {sorted(widths)} fields")
         rows = [[*row, 1] if len(row) == protocol.STEP_FIELDS_V1_0 else row for row in rows]
+    head = (pid,)  # (a tuple added to a tuple: the fastest way to a record's fields)
     if COUNTED in widths:
+        rest, none = COUNTED_REST, ()
         return [
-            _record((pid, *row) if len(row) == WIDTH else (pid, *row, *COUNTED_REST))
+            _new(StepRecord, head + tuple(row) + (rest if len(row) == COUNTED else none))
             for row in _known_batches(rows)
         ]
-    return list(map(_record, [(pid, *row) for row in _known_batches(rows)]))
+    return [_new(StepRecord, head + tuple(row)) for row in _known_batches(rows)]
 
 
 def _known_batches(rows: list[list[Any]]) -> list[list[Any]]:
@@ -220,11 +223,13 @@ class Timeline:
         if walls is None:  # machine integers: the rows' own int objects are let go
             walls = self._pending_walls[pid] = array("q")
         full = [r for r in rows if len(r) != COUNTED]
-        if full:  # the steps measured in detail (a few): their parts now, times after
-            records = steady(steps_of(pid, full))
-            self.rollups[pid].add_parts(records)
-            walls.extend(map(WALL, records))
-        walls.extend([r[2] for r in rows if len(r) == COUNTED and r[0] >= WARMUP_STEPS])
+        if full:  # the steps measured in detail (a few): their parts now (checked)
+            self.rollups[pid].add_parts(steady(steps_of(pid, full)))
+        # every steady step's time (a row's third field, whatever its width)
+        if min(map(_INDEX, rows)) >= WARMUP_STEPS:
+            walls.extend([r[2] for r in rows])
+        else:
+            walls.extend([r[2] for r in rows if r[0] >= WARMUP_STEPS])
         pending = self._pending.setdefault(pid, deque())
         pending.append(rows)
         held = self._pending_rows.get(pid, 0) + len(rows)

@@ -388,3 +388,34 @@ def test_a_long_sessions_gpu_readings_load_as_the_newest_the_timeline_keeps(
     assert list(loaded.gpus) == kept and kept[0].index == 1 and kept[-1].util_gpu_pct == 29
     assert loaded.profiles == [ticks[20][0].t_mono_ns]
     store.close()
+
+
+def test_a_session_followed_in_pieces_reads_each_record_once_as_a_load_does(
+    tmp_path: Path,
+) -> None:
+    """A follower of a live session (a second doctor showing it, the exporter) reads the
+    records written since its last read, whatever their kind, GPU readings too (read in a
+    query of their own): none twice, none missed, the same timeline as one load at the
+    end, and the id it goes on from is the newest record's."""
+    store = Store(tmp_path / "s.db")
+    sid = store.create_session(Timeline(["python", "x.py"], 1.7e9, 0), "/work", 5)
+    follower, _ = store.load_from(sid)
+    at = 0
+    for i, g in enumerate(gpus(n=12)):
+        store.add(sid, "host", g.t_mono_ns, encode(host(n=1, t0=g.t_mono_ns)[0]))
+        store.add(sid, "gpu", g.t_mono_ns, [encode(g)])
+        rows = [[10 * i + k, g.t_mono_ns + k, 1_000_000] for k in range(10)]
+        store.add_raw(sid, "probe", g.t_mono_ns, json.dumps({"pid": 5, "steps": rows}))
+        store.commit()
+        if i % 3 == 1:  # read after some ticks, not others
+            at = store.follow(sid, follower, at)
+            (newest,) = store.db.execute("SELECT MAX(id) FROM records").fetchone()
+            assert at == newest
+    at = store.follow(sid, follower, at)
+    assert store.follow(sid, follower, at) == at  # nothing new: nothing read
+    whole = store.load(sid)
+    assert list(follower.gpus) == list(whole.gpus) == list(gpus(n=12))
+    assert list(follower.host) == list(whole.host) and len(whole.host) == 12
+    assert follower.counted_steps() == whole.counted_steps() == {5: 120}
+    assert list(follower.steps[5]) == list(whole.steps[5])
+    store.close()
