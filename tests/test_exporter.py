@@ -27,6 +27,8 @@ from test_metrics import free_port, get, wait_for
 
 from gpudoctor.cli.parser import build_parser
 
+DEPLOY = Path(__file__).parent.parent / "deploy"
+
 pytestmark = pytest.mark.timeout(300)
 
 
@@ -176,11 +178,10 @@ def test_the_shipped_unit_and_daemonset_run_the_exporter_on_the_network() -> Non
     """No systemd or cluster here: their command lines are what the parser accepts, on
     every address (a Prometheus elsewhere scrapes them), and the DaemonSet sees the
     host's processes and may read their stacks."""
-    deploy = Path(__file__).parent.parent / "deploy"
-    unit = (deploy / "systemd" / "gpudoctor-exporter.service").read_text()
+    unit = (DEPLOY / "systemd" / "gpudoctor-exporter.service").read_text()
     (line,) = [x for x in unit.splitlines() if x.startswith("ExecStart=")]
     argv = shlex.split(line.removeprefix("ExecStart="))
-    manifest = yaml.safe_load((deploy / "kubernetes" / "daemonset.yml").read_text())
+    manifest = yaml.safe_load((DEPLOY / "kubernetes" / "daemonset.yml").read_text())
     pod = manifest["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert pod["hostPID"] is True
@@ -189,6 +190,55 @@ def test_the_shipped_unit_and_daemonset_run_the_exporter_on_the_network() -> Non
         assert Path(command[0]).name == "gpudoctor"
         args = build_parser().parse_args(command[1:])
         assert args.command_name == "exporter" and args.metrics == "0.0.0.0:9187"
+
+
+def test_the_shipped_unit_passes_systemds_own_check(tmp_path: Path) -> None:
+    """`systemd-analyze verify`, systemd's own reading of a unit (its sections, every
+    directive and value, the program ExecStart names): the shipped unit, with the path
+    it installs gpudoctor to replaced by this checkout's, loads without a word; the same
+    unit with a misspelt directive or a bad value does not (the check can fail)."""
+    analyze = shutil.which("systemd-analyze")
+    assert analyze, "systemd-analyze: scripts/test.sh installs it (Debian's systemd)"
+    shipped = (DEPLOY / "systemd" / "gpudoctor-exporter.service").read_text()
+    installed = shutil.which("gpudoctor", path=str(Path(PY).parent))
+    assert installed and "/opt/gpudoctor/bin/gpudoctor " in shipped
+    ours = shipped.replace("/opt/gpudoctor/bin/gpudoctor ", installed + " ")
+    for name, text, said in (
+        ("ours", ours, ""),
+        ("misspelt", ours.replace("\nNice=10", "\nNicee=10"), "Unknown key 'Nicee'"),
+        ("bad-value", ours.replace("CPUQuota=5%", "CPUQuota=lots"), "Invalid CPU quota"),
+    ):
+        unit = tmp_path / name / "gpudoctor-exporter.service"
+        unit.parent.mkdir()
+        unit.write_text(text)
+        proc = subprocess.run(
+            [analyze, "verify", str(unit)], capture_output=True, text=True, timeout=60
+        )
+        assert proc.returncode == 0, proc.stderr
+        if said:
+            assert said in proc.stderr, proc.stderr
+        else:
+            assert proc.stdout == proc.stderr == "", proc.stderr
+
+
+def test_the_shipped_daemonset_passes_the_kubernetes_schema() -> None:
+    """Kubernetes' own OpenAPI schema, offline (kubernetes-validate), strict: every field
+    of the DaemonSet is one the API knows, of its type; a misspelt field (hostPid) or a
+    port that is not a number fails the same check."""
+    import kubernetes_validate
+
+    manifest = yaml.safe_load((DEPLOY / "kubernetes" / "daemonset.yml").read_text())
+    version = kubernetes_validate.latest_version()
+    kubernetes_validate.validate(manifest, version, strict=True)
+    misspelt = yaml.safe_load(yaml.safe_dump(manifest))
+    misspelt["spec"]["template"]["spec"]["hostPid"] = misspelt["spec"]["template"]["spec"].pop(
+        "hostPID"
+    )
+    no_number = yaml.safe_load(yaml.safe_dump(manifest))
+    no_number["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] = "x"
+    for bad, said in ((misspelt, "'hostPid' was unexpected"), (no_number, "'x' is not of type")):
+        with pytest.raises(kubernetes_validate.ValidationError, match=said):
+            kubernetes_validate.validate(bad, version, strict=True)
 
 
 def test_a_job_under_gpudoctor_run_is_served_from_its_own_doctor(tmp_path: Path) -> None:
