@@ -105,7 +105,7 @@ def scrape_cost(folder: Path, jobs: int) -> float:
         after = me.cpu_times()
         return 1000 * (after.user + after.system - before.user - before.system) / 200
     finally:
-        proc.kill()
+        proc.terminate()  # as systemd stops it: it removes its socket
         proc.wait()
 
 
@@ -165,6 +165,10 @@ def main() -> None:
     parser.add_argument("--scrape-every", type=float, default=15.0)
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp())
+    # the exporters' socket in the bench's folder, not the node's (/run, as root): one
+    # killed there left its file, and every `gpudoctor run` on the machine took it for
+    # a listening exporter (fixed in pushed.py too)
+    os.environ["GPUDOCTOR_EXPORTER_SOCKET"] = str(folder / "exporter.sock")
     (folder / "job.py").write_text(textwrap.dedent(JOB))
     (folder / "collector.py").write_text(textwrap.dedent(COLLECTOR))
     total = args.rounds * 2 * (args.seconds + 15) + 60

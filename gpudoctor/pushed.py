@@ -64,12 +64,25 @@ def receiving_path() -> str | None:
 
 
 def listening_exporter() -> str | None:
-    """The socket of an exporter on this node, if there is one."""
+    """The socket of an exporter listening on this node, if there is one. A socket file
+    that nothing reads (left by an exporter that was killed, or stopped on a machine
+    whose /run outlived it) is not one: the doctor would take a snapshot every tick and
+    send its series every few seconds for nothing."""
     for path in socket_paths():
         with contextlib.suppress(OSError):
-            if os.path.exists(path) and os.access(path, os.W_OK):
+            if os.path.exists(path) and os.access(path, os.W_OK) and _read_by_someone(path):
                 return path
     return None
+
+
+def _read_by_someone(path: str) -> bool:
+    """A datagram socket bound at `path` (connect refuses a file no socket is bound to)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(path)
+        except OSError:
+            return False
+    return True
 
 
 class Pusher:

@@ -27,8 +27,10 @@ PY = sys.executable
 
 @pytest.fixture(autouse=True)
 def _private_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No test writes to the user's own session store."""
+    """No test writes to the user's own session store, nor sends its runs' series to an
+    exporter on the machine (a test that wants one names its own socket)."""
     monkeypatch.setenv("GPUDOCTOR_STORE", str(tmp_path / "sessions.db"))
+    monkeypatch.setenv("GPUDOCTOR_EXPORTER_SOCKET", str(tmp_path / "no-exporter.sock"))
     monkeypatch.delenv("GPUDOCTOR_SOCKET", raising=False)
 
 

@@ -241,6 +241,32 @@ def test_the_shipped_daemonset_passes_the_kubernetes_schema() -> None:
             kubernetes_validate.validate(bad, version, strict=True)
 
 
+def test_an_exporter_killed_leaves_a_socket_file_that_no_doctor_sends_to(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An exporter killed with SIGKILL (the OOM killer, a node drained) leaves its socket
+    file behind. A `run` doctor on that node must not take the file for an exporter: it
+    would build a snapshot every tick and send its series every few seconds to nothing.
+    A live exporter's socket is taken; the file left by the killed one is not."""
+    from gpudoctor.pushed import listening_exporter
+
+    path = tmp_path / "exporter.sock"
+    monkeypatch.setenv("GPUDOCTOR_EXPORTER_SOCKET", str(path))
+    assert listening_exporter() is None  # none yet
+    exporter = subprocess.Popen(
+        [PY, "-m", "gpudoctor", "--store", str(tmp_path / "s.db"), "exporter", "--metrics",
+         str(free_port()), "--interval", "1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        assert wait_for(listening_exporter) == str(path)
+    finally:
+        exporter.kill()
+        exporter.wait(timeout=30)
+    assert path.exists()  # the file stays: nothing unlinked it
+    assert listening_exporter() is None
+
+
 def test_a_job_under_gpudoctor_run_is_served_from_its_own_doctor(tmp_path: Path) -> None:
     """A `run` doctor on the node sends its series to the exporter: the job is served with
     its counted steps (from outside they are not counted) and not watched from outside.
