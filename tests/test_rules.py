@@ -360,6 +360,18 @@ def test_small_batch_needs_idle_gpu_spare_memory_and_no_input_wait() -> None:
     assert small_batch.evaluate(window(gpus=gpus(util=90, mem_fraction=0.2))) is None
     w = window(gpus=gpus(util=20, mem_fraction=0.2))
     assert ids(w)[:2] == ["small-batch", "low-gpu-util"]
+    found = small_batch.evaluate(w)
+    assert found is not None and "batch size 32, " in found.evidence
+
+
+def test_small_batch_under_accumulation_says_each_forward_sees_a_share() -> None:
+    """Gradient accumulation: 4 micro-batches of 8 a step. The step's 32 samples are not
+    what each forward call gives the GPU: the evidence says both."""
+    w = window(gpus=gpus(util=20, mem_fraction=0.2), steps=steps(batch=32, forwards=4))
+    found = small_batch.evaluate(w)
+    assert found is not None
+    assert "32 samples a step in 4 forward calls" in found.evidence
+    assert "batch size 32" not in found.evidence
 
 
 def test_no_mixed_precision() -> None:

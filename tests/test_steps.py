@@ -71,6 +71,31 @@ def test_gradient_accumulation_is_one_step_per_optimizer_step() -> None:
     assert len(out) == 5
     assert out[-1]["forwards"] == 4
     assert out[-1]["wall_ns"] == 4 * 9 + 1
+    # a step's samples are all its micro-batches (samples/s would be a quarter of the
+    # job's otherwise), the first step's too (its micro-steps held back, then merged)
+    assert [s["batch_size"] for s in out] == [4 * 32] * 5
+    assert out[-1]["loader_ns"] == 4 * 2
+
+
+def test_an_evaluation_loaders_batches_between_steps_are_evaluations() -> None:
+    """Every 3 steps an evaluation over its own DataLoader (gradients off): its batches'
+    wait is evaluation time, not the next step's data wait, and its samples are not the
+    step's. Hugging Face's no_trainer scripts and Trainer's eval_steps run so."""
+    clock = StepClock()
+    t = 0
+    for i in range(9):
+        t = training_loop(clock, 1, accumulate=2, t=t)
+        if i % 3 == 2:
+            for _ in range(5):  # 5 evaluation batches of 100, 50 time units each
+                clock.loader_batch(t, t + 50, 100)
+                clock.evaluated(t + 50, t + 53)
+                t += 53
+    out = steps(clock)
+    assert len(out) == 9
+    assert all(s["batch_size"] == 64 and s["loader_ns"] == 4 for s in out)
+    after_eval = out[3]  # the step whose wall holds the evaluation
+    assert after_eval["wall_ns"] == 2 * 9 + 1 + 5 * 53
+    assert clock.eval_ns == 3 * 5 * 53 and clock.eval_forwards == 15
 
 
 def test_two_optimizers_of_one_iteration_make_one_step() -> None:

@@ -294,3 +294,114 @@ def test_input_code_before_a_hand_written_update_is_still_input(tmp_path: Path) 
     assert proc.returncode == 0 and proc.stdout == plain.stdout
     assert report["steps"]["count"] == 400
     assert "input-bound" in finding_ids(report), report["steps"]["split"]
+
+
+# Gradient accumulation with an evaluation every few steps over a DataLoader of its own
+# (slow to read, as a validation set on disk is): the shape of Hugging Face's
+# `*_no_trainer.py` examples (Accelerate's `accumulate`) and of a hand-written loop.
+ACCUMULATE_AND_EVALUATE = """
+    import time, torch
+    from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+    class SlowValidation(Dataset):
+        def __len__(self):
+            return 64
+
+        def __getitem__(self, i):
+            time.sleep(0.001)
+            return torch.full((128,), float(i)), torch.tensor(i % 2)
+
+    torch.manual_seed(0)
+    x = torch.randn(960, 128)
+    y = (x.sum(1) > 0).long()
+    train = DataLoader(TensorDataset(x, y), batch_size=8, shuffle=True)
+    valid = DataLoader(SlowValidation(), batch_size=16)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(128, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024),
+        torch.nn.ReLU(), torch.nn.Linear(1024, 2),
+    )
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    ACCUMULATE = 4
+
+    def evaluate():
+        model.eval()
+        with torch.no_grad():
+            right = sum((model(v).argmax(1) == t).sum().item() for v, t in valid)
+        model.train()
+        return right
+
+    SETUP
+
+    steps = 0
+    for i, (xb, yb) in enumerate(train):
+        STEP
+        if steps and steps % 5 == 0 and just_stepped:
+            print("step", steps, "valid", evaluate())
+    print("steps", steps)
+"""
+
+PLAIN_ACCUMULATION = (
+    "",
+    """
+        loss = torch.nn.functional.cross_entropy(model(xb), yb) / ACCUMULATE
+        loss.backward()
+        just_stepped = (i + 1) % ACCUMULATE == 0
+        if just_stepped:
+            opt.step()
+            opt.zero_grad()
+            steps += 1
+    """,
+)
+
+ACCELERATE_ACCUMULATION = (
+    """
+    from accelerate import Accelerator
+    accelerator = Accelerator(gradient_accumulation_steps=ACCUMULATE, cpu=True)
+    model, opt, train, valid = accelerator.prepare(model, opt, train, valid)
+    """,
+    """
+        with accelerator.accumulate(model):
+            loss = torch.nn.functional.cross_entropy(model(xb), yb)
+            accelerator.backward(loss)
+            opt.step()
+            opt.zero_grad()
+        just_stepped = accelerator.sync_gradients
+        if just_stepped:
+            steps += 1
+    """,
+)
+
+
+@pytest.mark.parametrize(
+    ("setup", "step"),
+    [
+        pytest.param(*PLAIN_ACCUMULATION, id="plain"),
+        pytest.param(*ACCELERATE_ACCUMULATION, id="accelerate"),
+    ],
+)
+def test_accumulated_steps_take_all_their_batches_and_evaluation_is_not_data_wait(
+    tmp_path: Path, setup: str, step: str
+) -> None:
+    """30 optimizer steps of 4 micro-batches of 8, and an evaluation every 5 steps over a
+    validation loader that takes ~64 ms to read. A step is the optimizer's (the script's
+    own count), its samples are its 4 batches' 32 (samples/s 4x what one batch gives),
+    and the validation loader's reads are evaluation time, not the next step's data wait
+    (they were: `input-bound` on a job whose training input is a tensor in memory)."""
+    body = textwrap.dedent(ACCUMULATE_AND_EVALUATE)
+    body = body.replace("SETUP", textwrap.dedent(setup).strip())
+    body = body.replace("STEP", textwrap.indent(textwrap.dedent(step).strip(), " " * 4).strip())
+    path = tmp_path / "accumulate.py"
+    path.write_text(body)
+    plain = subprocess.run([PY, str(path)], capture_output=True, text=True, env=env_without_probe())
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    proc, report = run_job(tmp_path, path, doctor_args=("--no-stacks",))
+    assert proc.returncode == 0 and proc.stdout == plain.stdout
+    assert "steps 30" in proc.stdout and report["steps"]["count"] == 30
+    s = report["steps"]
+    assert s["batch_size"] == 32
+    assert s["samples_per_s"] == pytest.approx(32 * s["steps_per_s"], rel=0.002)
+    assert s["data_wait_fraction"] < 0.2, s
+    assert "input-bound" not in finding_ids(report)
+    # the evaluations the probe saw in detail (the first 20 steps are all measured so):
+    # their reads are the ledger's evaluation, at least 3 of them at ~64 ms each
+    assert report["ledger"]["evaluation_s"] >= 0.15, report["ledger"]

@@ -128,7 +128,6 @@ class StepClock:
         self.closer: int | None = None
         self.last_opt_end = 0
         self.before_last_opt: tuple[int, ...] = ()
-        self.batch_after_opt = -1
         self.nested_at_opt_start = -1  # -1: no optimizer step under way
         self._zero()
 
@@ -139,7 +138,11 @@ class StepClock:
         self.backward = 0
         self.optimizer = 0
         self.forwards = 0
-        self.batch = -1
+        self.batch = -1  # the samples of the step's batches (-1: none seen)
+        # the DataLoader batches since the last root module's call, and their wait: an
+        # evaluation's when that call is one (`evaluated`), the step's otherwise
+        self.recent_loader = 0
+        self.recent_batch = 0
         self.syncs = 0
         self.pageable = 0
         self.outside_open = True
@@ -277,7 +280,8 @@ class StepClock:
         self.backward += sum(r[6] for r in held)
         self.optimizer += sum(r[7] for r in held)
         self.forwards += sum(r[8] for r in held)
-        self.batch = held[0][9] if held[0][9] >= 0 else self.batch
+        samples = sum(r[9] for r in held if r[9] >= 0) + max(0, self.batch)
+        self.batch = samples if samples > 0 else -1
         self.syncs += sum(r[10] for r in held)
         self.pageable += sum(r[11] for r in held)
 
@@ -307,10 +311,10 @@ class StepClock:
         if self.last_end is None:
             self.last_end = t0
         self.loader += t1 - t0
-        if self.batch < 0:
-            self.batch = batch_size
-        if self.batch_after_opt < 0 and self.cycle:
-            self.batch_after_opt = batch_size
+        self.recent_loader += t1 - t0
+        if batch_size >= 0:  # a step's samples: all its batches (gradient accumulation's)
+            self.batch = batch_size if self.batch < 0 else self.batch + batch_size
+            self.recent_batch += batch_size
 
     def forward_start(self, t: int, root: int = 0) -> None:
         """A root module's call starts (`root`: which module)."""
@@ -335,6 +339,8 @@ class StepClock:
             self.housekeeping_spans = []
             self.update_until = 0
             self.outside_open = False
+        self.recent_loader = 0  # the batches fetched for this call: the step's
+        self.recent_batch = 0
 
     def forward_end(self, t0: int, t1: int) -> None:
         self.forward += t1 - t0
@@ -362,10 +368,20 @@ class StepClock:
             self.pending_end = t1
 
     def evaluated(self, t0: int, t1: int) -> None:
-        """A root module ran an evaluation forward from t0 to t1 (see the docstring)."""
-        self.eval_ns += t1 - t0
+        """A root module ran an evaluation forward from t0 to t1 (see the docstring).
+        The DataLoader batches fetched since the last root call were its input (an
+        evaluation loader's, between two training steps): their wait is evaluation's,
+        not the step's data wait, and their samples are not the step's."""
+        self.eval_ns += t1 - t0 + self.recent_loader
         self.eval_forwards += 1
         self.housekeeping(t0, t1)  # between two steps, it is not input's either
+        if self.recent_loader or self.recent_batch:
+            self.loader -= self.recent_loader
+            if self.recent_batch:
+                left = self.batch - self.recent_batch
+                self.batch = left if left > 0 else -1
+            self.recent_loader = 0
+            self.recent_batch = 0
 
     def housekeeping(self, t0: int, t1: int) -> None:
         """The step's bookkeeping ran from t0 to t1 (see the docstring): between two
@@ -434,7 +450,9 @@ class StepClock:
             done = self.before_last_opt
             now = self._parts()
             rest = [a - b for a, b in zip(now, done, strict=True)]
-            rest[6] = self.batch_after_opt  # the batch is not a sum: the one seen since
+            # the samples since (-1, none seen, counts as 0 in a sum)
+            since = max(0, now[6]) - max(0, done[6])
+            rest[6] = since if since > 0 else -1
             self._emit(self.last_opt_end, done)
             self._set_parts(rest)
             self.cycle = []
@@ -445,7 +463,6 @@ class StepClock:
         else:
             self.last_opt_end = t1
             self.before_last_opt = self._parts()
-            self.batch_after_opt = -1
 
     def plan_next(self, t_end: int) -> tuple[int, int]:
         """At the end of a step measured in detail: how many steps to only count before

@@ -19,7 +19,7 @@ STEP_FIELDS = (
     "backward_ns",
     "optimizer_ns",
     "forwards",
-    "batch_size",
+    "batch_size",  # samples: all the step's DataLoader batches (accumulation's); -1 unknown
     "syncs",
     "pageable_copies",
     "detail",  # 1: measured in detail; 0: only counted and timed (the probe samples)

@@ -33,8 +33,16 @@ def evaluate(w: Window) -> Finding | None:
     used = max(fractions)
     if used >= MEMORY_USED_FRACTION:
         return None
-    batch = next((s.batch_size for s in w.steady_steps if s.batch_size), None)
-    size = _("batch size {batch}, ").format(batch=batch) if batch else ""
+    # a step's samples are all its batches': with gradient accumulation each forward
+    # call sees only its share of them, and that share is what keeps the GPU busy
+    seen = next(((s.batch_size, s.forwards) for s in w.steady_steps if s.batch_size), None)
+    size = ""
+    if seen is not None and seen[1] > 1:
+        size = _("{samples} samples a step in {forwards} forward calls, ").format(
+            samples=seen[0], forwards=seen[1]
+        )
+    elif seen is not None:
+        size = _("batch size {batch}, ").format(batch=seen[0])
     return Finding(
         id=ID,
         severity="medium",
