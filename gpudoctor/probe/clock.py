@@ -32,6 +32,11 @@ a `no_grad` block (`p.data.add_(p.grad, ...)`) reads each parameter's gradient: 
 backward's end to the last gradient read before the next forward (`grad_read`) is the
 update, not input either.
 
+A step's samples are those of every DataLoader batch it took (gradient accumulation's
+micro-batches together). The batches fetched for an evaluation call (an evaluation
+loader run between two steps) are the evaluation's: their wait is evaluation time, not
+the step's data wait, and their samples are not the step's.
+
 Everything between two step ends belongs to the later step.
 
 Sampling: once a job's steps end at its optimizers and the first FULL_STEPS are behind
