@@ -147,10 +147,9 @@ def run_series(
         one = Window(steps=tuple(sample), facts=facts)
         _add_steps(out, x, one, statistics.median(walls), percentile(walls, 90))
         out.steps_per_s.append((x, round(len(taken) / (width_ns / 1e9), 2)))
-        detailed = one.detailed_steps
-        batches = [s.batch_size for s in detailed if s.batch_size]
-        if batches and len(batches) == len(detailed):
-            rate = statistics.fmean(batches) * len(taken) / (width_ns / 1e9)
+        per_step = one.samples_per_step
+        if per_step is not None:
+            rate = per_step * len(taken) / (width_ns / 1e9)
             out.samples_per_s.append((x, round(rate, 1)))
     if timeline.mode == "watch":  # no steps timed: py-spy's chunks, each its estimates
         chunks = list(_inside(timeline.stacks, start, end, lambda c: c.t_end_mono_ns))

@@ -546,3 +546,22 @@ def test_comm_bound_of_a_model_in_one_bucket_offers_fewer_all_reduces_only() -> 
     big = dataclasses.replace(small, facts={**small.facts, "parameters": 6_297_600})
     finding = comm_bound.evaluate(big)
     assert finding is not None and "comm-hook-bf16" in finding.remedies
+
+
+def test_samples_a_step_count_a_step_that_fetched_no_batch_as_none_taken() -> None:
+    """A loader that reads a batch ahead (Accelerate's, under every Hugging Face Trainer)
+    fetches each step's batch in the step before, and an epoch's last step fetches none:
+    samples a step are the batches seen over the steps, not only over those that saw one
+    (and samples/s is known at all: it was None once an epoch ended in a measured step).
+    Fewer than half with a batch: not a DataLoader job, nothing said."""
+    epoch = [steps(n=1, batch=40)[0], *steps(n=5, batch=32), steps(n=1, batch=None)[0]]
+    # past the warm-up's 5 steps
+    shifted = tuple(
+        s._replace(number=5 + i, t_end_mono_ns=(i + 1) * 10**7) for i, s in enumerate(epoch * 6)
+    )
+    w = window(steps=shifted)
+    assert w.samples_per_step == pytest.approx(200 / 7)
+    assert w.steps_per_s is not None
+    assert w.samples_per_s == pytest.approx(200 / 7 * w.steps_per_s)
+    few = tuple(s._replace(batch_size=32 if i % 3 == 0 else None) for i, s in enumerate(shifted))
+    assert window(steps=few).samples_per_step is None

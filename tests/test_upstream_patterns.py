@@ -405,3 +405,64 @@ def test_accumulated_steps_take_all_their_batches_and_evaluation_is_not_data_wai
     # the evaluations the probe saw in detail (the first 20 steps are all measured so):
     # their reads are the ledger's evaluation, at least 3 of them at ~64 ms each
     assert report["ledger"]["evaluation_s"] >= 0.15, report["ledger"]
+
+
+HF_TRAINER_ACCUMULATION = """
+    import hashlib, tempfile
+    import torch
+    from transformers import (BertConfig, BertForSequenceClassification, PrinterCallback,
+                              Trainer, TrainingArguments)
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+
+    class Tokens(torch.utils.data.Dataset):
+        def __init__(self, n, seed):
+            g = torch.Generator().manual_seed(seed)
+            self.ids = torch.randint(5, 100, (n, 12), generator=g)
+
+        def __len__(self):
+            return len(self.ids)
+
+        def __getitem__(self, i):
+            return {"input_ids": self.ids[i], "labels": (self.ids[i, 0] > 50).long()}
+
+    torch.manual_seed(3)
+    config = BertConfig(vocab_size=100, hidden_size=16, num_hidden_layers=1,
+                        num_attention_heads=2, intermediate_size=32, max_position_embeddings=32)
+    model = BertForSequenceClassification(config)
+    with tempfile.TemporaryDirectory() as out:
+        args = TrainingArguments(
+            output_dir=out, max_steps=20, per_device_train_batch_size=8,
+            gradient_accumulation_steps=4, eval_strategy="steps", eval_steps=5,
+            per_device_eval_batch_size=16, report_to=[], logging_strategy="no",
+            save_strategy="no", disable_tqdm=True, use_cpu=True, seed=3,
+        )
+        trainer = Trainer(model=model, args=args, train_dataset=Tokens(200, 0),
+                          eval_dataset=Tokens(96, 1))
+        trainer.remove_callback(PrinterCallback)
+        result = trainer.train()
+    weights = torch.cat([p.detach().flatten() for p in model.parameters()])
+    print("steps", result.global_step, hashlib.sha256(weights.numpy().tobytes()).hexdigest())
+"""
+
+
+def test_a_hugging_face_trainer_with_accumulation_and_evaluations(tmp_path: Path) -> None:
+    """Trainer, 4 micro-batches of 8 a step, an evaluation every 5 steps, 200 samples an
+    epoch (6 steps of 4 batches and one of 1). Accelerate's loader reads a batch ahead,
+    so a step's batches are fetched partly in the step before and an epoch's last step
+    fetches none. The count is Trainer's global_step; samples a step are the epoch's
+    200 over its 7 steps (about 28.6); samples/s is known (it was not: a step measured
+    with no batch made it None for the rest of the run); the evaluations are not input."""
+    path = tmp_path / "trainer.py"
+    path.write_text(textwrap.dedent(HF_TRAINER_ACCUMULATION))
+    plain = subprocess.run([PY, str(path)], capture_output=True, text=True, env=env_without_probe())
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    proc, report = run_job(tmp_path, path, doctor_args=("--no-stacks",))
+    assert proc.returncode == 0 and proc.stdout == plain.stdout
+    assert proc.stdout.startswith("steps 20 ") and report["steps"]["count"] == 20
+    s = report["steps"]
+    assert s["batch_size"] == 32  # the median step's: 4 batches of 8
+    assert s["samples_per_s"] is not None
+    assert 24 <= s["samples_per_s"] / s["steps_per_s"] <= 33, s
+    assert "input-bound" not in finding_ids(report)

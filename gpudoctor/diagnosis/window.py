@@ -6,7 +6,6 @@ recompute them, so two rules never disagree on what "data wait" means.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import compress
@@ -328,18 +327,30 @@ class Window:
 
     @cached_property
     def samples_per_s(self) -> float | None:
-        """Steps a second times the batch size, when every step measured in detail saw
-        one (the probe sees batch sizes on those steps only)."""
+        """Steps a second times the samples a step takes (`samples_per_step`)."""
+        per_step = self.samples_per_step
+        if per_step is None or not self.steps_per_s:
+            return None
+        return per_step * self.steps_per_s
+
+    @cached_property
+    def samples_per_step(self) -> float | None:
+        """The samples a step takes, on average over the steps measured in detail (the
+        probe sees batches on those only), each its DataLoader batches' samples and 0
+        for one that fetched none: a loader that reads a batch ahead (Accelerate's, so
+        every Hugging Face Trainer's) fetches a step's batch in the step before, and an
+        epoch's last step then fetches none. None unless at least half of them saw a
+        batch (no DataLoader, or batch sizes it could not tell)."""
         r = self.rollup
         if r is not None:
-            if not r.batch_steps or r.batch_steps != r.detailed or not self.steps_per_s:
+            if not r.detailed or 2 * r.batch_steps < r.detailed:
                 return None
-            return r.batch_sum / r.batch_steps * self.steps_per_s
+            return r.batch_sum / r.detailed
         detailed = self.detailed_steps
         batches = [s.batch_size for s in detailed if s.batch_size]
-        if not batches or len(batches) != len(detailed) or not self.steps_per_s:
+        if not batches or 2 * len(batches) < len(detailed):
             return None
-        return statistics.fmean(batches) * self.steps_per_s
+        return sum(batches) / len(detailed)
 
     @cached_property
     def ledger(self) -> Ledger | None:

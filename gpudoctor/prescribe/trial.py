@@ -57,7 +57,7 @@ class Arm:
     session_id: int | None
     argv: tuple[str, ...]
     walls_s: tuple[float, ...]  # each steady step's wall time
-    batch_size: float | None  # mean over the steps measured in detail
+    batch_size: float | None  # samples a step (Window.samples_per_step)
     data_wait_fraction: float | None
     exit_code: int | None
     ended_by: str | None
@@ -124,7 +124,6 @@ def arm_of(
     facts = timeline.merged_facts()
     w = Window(steps=chosen, facts=facts)
     steady = w.steady_steps
-    batches = [s.batch_size for s in w.detailed_steps if s.batch_size]
     exit_ = timeline.exit
     hosts = list(timeline.host)
     times = [h.t_mono_ns for h in hosts]
@@ -135,7 +134,7 @@ def arm_of(
         session_id=session_id,
         argv=tuple(timeline.command),
         walls_s=tuple(s.wall_ns / 1e9 for s in steady),
-        batch_size=statistics.fmean(batches) if batches else None,
+        batch_size=w.samples_per_step,
         data_wait_fraction=w.data_wait_fraction if steady else None,
         exit_code=exit_.exit_code if exit_ else None,
         ended_by=exit_.ended_by if exit_ else None,
