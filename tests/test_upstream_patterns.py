@@ -466,3 +466,69 @@ def test_a_hugging_face_trainer_with_accumulation_and_evaluations(tmp_path: Path
     assert s["samples_per_s"] is not None
     assert 24 <= s["samples_per_s"] / s["steps_per_s"] <= 33, s
     assert "input-bound" not in finding_ids(report)
+
+
+LIGHTNING_ACCUMULATION = """
+    import logging, time
+    import lightning.pytorch as pl
+    import torch
+    import torch.nn as nn
+    from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+
+    class SlowValidation(Dataset):
+        def __len__(self):
+            return 48
+
+        def __getitem__(self, i):
+            time.sleep(0.001)
+            return torch.full((16,), i / 48), torch.tensor([0.5])
+
+    class Net(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(16, 256), nn.ReLU(), nn.Linear(256, 1))
+
+        def forward(self, x):
+            return self.net(x)
+
+        def training_step(self, batch, i):
+            return nn.functional.mse_loss(self(batch[0]), batch[1])
+
+        def validation_step(self, batch, i):
+            self.log("val", nn.functional.mse_loss(self(batch[0]), batch[1]))
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=1e-2)
+
+    pl.seed_everything(0, verbose=False)
+    x = torch.randn(640, 16)
+    trainer = pl.Trainer(
+        max_epochs=2, accumulate_grad_batches=4, val_check_interval=20, logger=False,
+        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+        accelerator="cpu",
+    )
+    model = Net()
+    trainer.fit(model, DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8,
+                                  shuffle=True), DataLoader(SlowValidation(), batch_size=16))
+    print("steps", trainer.global_step, [round(p.sum().item(), 6) for p in model.parameters()])
+"""
+
+
+def test_lightning_accumulation_with_validation_every_20_batches(tmp_path: Path) -> None:
+    """Lightning's accumulate_grad_batches=4 and a validation every 20 batches (its
+    sanity check too), over a validation set slow to read. The old clock called it
+    input-bound (72% data wait: the validation's reads) with a quarter of its samples/s."""
+    path = tmp_path / "lightning_accumulate.py"
+    path.write_text(textwrap.dedent(LIGHTNING_ACCUMULATION))
+    plain = subprocess.run([PY, str(path)], capture_output=True, text=True, env=env_without_probe())
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    proc, report = run_job(tmp_path, path, doctor_args=("--no-stacks",))
+    assert proc.returncode == 0 and proc.stdout == plain.stdout
+    assert proc.stdout.startswith("steps 40 ") and report["steps"]["count"] == 40
+    s = report["steps"]
+    assert s["batch_size"] == 32
+    assert s["samples_per_s"] == pytest.approx(32 * s["steps_per_s"], rel=0.002)
+    assert s["data_wait_fraction"] < 0.2, s
+    assert "input-bound" not in finding_ids(report)
