@@ -253,7 +253,9 @@ def test_a_hand_written_reader_is_named_busy_at_its_costly_line_and_changes_noth
     tmp_path: Path,
 ) -> None:
     script, line = _write(tmp_path, "reader.py", READER)
-    steps = "1000"
+    # ~10 s of steps: lines are named from MIN_SAMPLES (4 s at 10 Hz) of the main thread,
+    # and 1,000 steps (~5 s) gave 39-48 samples on a busy machine: a flake, 1 run in 5
+    steps = "2000"
     # the plain run beside the doctored one (a second core; the job is single-threaded):
     # its result is the same whenever it runs, and waiting for a core counts as busy
     plain = subprocess.Popen(
@@ -266,6 +268,7 @@ def test_a_hand_written_reader_is_named_busy_at_its_costly_line_and_changes_noth
     finally:
         plain.kill()
         plain.wait()
+    assert report["hotspots"], f"too few samples to name lines in {report['duration_s']} s"
     top = report["hotspots"][0]
     assert (top["line"], top["state"]) == (line, "busy")
     assert top["function"].startswith("read_record")  # its list comprehension, or itself
