@@ -11,7 +11,6 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import islice
-from operator import itemgetter
 from typing import Any
 
 from gpudoctor.diagnosis.gpu_timeline import RankTimeline
@@ -36,7 +35,6 @@ COUNTED = protocol.COUNTED_FIELDS
 # a counted step's other fields as a record holds them (its batch size unknown: None)
 COUNTED_REST = tuple(None if f < 0 else f for f in protocol.COUNTED_REST)
 NUMBER = STEP_FIELD["number"]
-_INDEX = itemgetter(0)  # a row's step number (protocol.STEP_FIELDS)
 WALL = STEP_FIELD["wall_ns"]
 # A week-long run must not grow the doctor without bound: the timeline keeps the most
 # recent samples and steps as rows (the store keeps them all), every steady step rolled
@@ -226,10 +224,7 @@ class Timeline:
         if full:  # the steps measured in detail (a few): their parts now (checked)
             self.rollups[pid].add_parts(steady(steps_of(pid, full)))
         # every steady step's time (a row's third field, whatever its width)
-        if min(map(_INDEX, rows)) >= WARMUP_STEPS:
-            walls.extend([r[2] for r in rows])
-        else:
-            walls.extend([r[2] for r in rows if r[0] >= WARMUP_STEPS])
+        walls.extend([r[2] for r in rows if r[0] >= WARMUP_STEPS])
         pending = self._pending.setdefault(pid, deque())
         pending.append(rows)
         held = self._pending_rows.get(pid, 0) + len(rows)
