@@ -11,6 +11,7 @@ import json
 import subprocess
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import PY, doctor, env_without_probe, finding_ids, run_job
@@ -296,6 +297,18 @@ def test_input_code_before_a_hand_written_update_is_still_input(tmp_path: Path) 
     assert "input-bound" in finding_ids(report), report["steps"]["split"]
 
 
+def _plain_and_doctored(
+    tmp_path: Path, path: Path
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """The script run plain, then under the doctor: both succeed with the same output;
+    the doctored run and its report."""
+    plain = subprocess.run([PY, str(path)], capture_output=True, text=True, env=env_without_probe())
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    proc, report = run_job(tmp_path, path, doctor_args=("--no-stacks",))
+    assert proc.returncode == 0 and proc.stdout == plain.stdout
+    return proc, report
+
+
 # Gradient accumulation with an evaluation every few steps over a DataLoader of its own
 # (slow to read, as a validation set on disk is): the shape of Hugging Face's
 # `*_no_trainer.py` examples (Accelerate's `accumulate`) and of a hand-written loop.
@@ -392,10 +405,7 @@ def test_accumulated_steps_take_all_their_batches_and_evaluation_is_not_data_wai
     body = body.replace("STEP", textwrap.indent(textwrap.dedent(step).strip(), " " * 4).strip())
     path = tmp_path / "accumulate.py"
     path.write_text(body)
-    plain = subprocess.run([PY, str(path)], capture_output=True, text=True, env=env_without_probe())
-    assert plain.returncode == 0, plain.stderr[-2000:]
-    proc, report = run_job(tmp_path, path, doctor_args=("--no-stacks",))
-    assert proc.returncode == 0 and proc.stdout == plain.stdout
+    proc, report = _plain_and_doctored(tmp_path, path)
     assert "steps 30" in proc.stdout and report["steps"]["count"] == 30
     s = report["steps"]
     assert s["batch_size"] == 32
@@ -456,10 +466,7 @@ def test_a_hugging_face_trainer_with_accumulation_and_evaluations(tmp_path: Path
     with no batch made it None for the rest of the run); the evaluations are not input."""
     path = tmp_path / "trainer.py"
     path.write_text(textwrap.dedent(HF_TRAINER_ACCUMULATION))
-    plain = subprocess.run([PY, str(path)], capture_output=True, text=True, env=env_without_probe())
-    assert plain.returncode == 0, plain.stderr[-2000:]
-    proc, report = run_job(tmp_path, path, doctor_args=("--no-stacks",))
-    assert proc.returncode == 0 and proc.stdout == plain.stdout
+    proc, report = _plain_and_doctored(tmp_path, path)
     assert proc.stdout.startswith("steps 20 ") and report["steps"]["count"] == 20
     s = report["steps"]
     assert s["batch_size"] == 32  # the median step's: 4 batches of 8
@@ -522,10 +529,7 @@ def test_lightning_accumulation_with_validation_every_20_batches(tmp_path: Path)
     input-bound (72% data wait: the validation's reads) with a quarter of its samples/s."""
     path = tmp_path / "lightning_accumulate.py"
     path.write_text(textwrap.dedent(LIGHTNING_ACCUMULATION))
-    plain = subprocess.run([PY, str(path)], capture_output=True, text=True, env=env_without_probe())
-    assert plain.returncode == 0, plain.stderr[-2000:]
-    proc, report = run_job(tmp_path, path, doctor_args=("--no-stacks",))
-    assert proc.returncode == 0 and proc.stdout == plain.stdout
+    proc, report = _plain_and_doctored(tmp_path, path)
     assert proc.stdout.startswith("steps 40 ") and report["steps"]["count"] == 40
     s = report["steps"]
     assert s["batch_size"] == 32
