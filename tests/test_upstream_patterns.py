@@ -385,15 +385,23 @@ ACCELERATE_ACCUMULATION = (
 )
 
 
+# A loader that reads a batch ahead (Accelerate's, Lightning's) fetches an epoch's
+# first step's batches one more and its last step's one fewer: 40 and 24 samples where
+# the others take 32. A report's samples a step are those of the steps measured in
+# detail (15 or more here), so one such step measured without its twin moves the mean
+# by up to 8/15 of a sample: 31.48 against 32 in a suite run beside a busy process.
+READ_AHEAD_REL = 0.04
+
+
 @pytest.mark.parametrize(
-    ("setup", "step"),
+    ("setup", "step", "rel"),
     [
-        pytest.param(*PLAIN_ACCUMULATION, id="plain"),
-        pytest.param(*ACCELERATE_ACCUMULATION, id="accelerate"),
+        pytest.param(*PLAIN_ACCUMULATION, 0.002, id="plain"),
+        pytest.param(*ACCELERATE_ACCUMULATION, READ_AHEAD_REL, id="accelerate"),
     ],
 )
 def test_accumulated_steps_take_all_their_batches_and_evaluation_is_not_data_wait(
-    tmp_path: Path, setup: str, step: str
+    tmp_path: Path, setup: str, step: str, rel: float
 ) -> None:
     """30 optimizer steps of 4 micro-batches of 8, and an evaluation every 5 steps over a
     validation loader that takes ~64 ms to read. A step is the optimizer's (the script's
@@ -409,7 +417,7 @@ def test_accumulated_steps_take_all_their_batches_and_evaluation_is_not_data_wai
     assert "steps 30" in proc.stdout and report["steps"]["count"] == 30
     s = report["steps"]
     assert s["batch_size"] == 32
-    assert s["samples_per_s"] == pytest.approx(32 * s["steps_per_s"], rel=0.002)
+    assert s["samples_per_s"] == pytest.approx(32 * s["steps_per_s"], rel=rel)
     assert s["data_wait_fraction"] < 0.2, s
     assert "input-bound" not in finding_ids(report)
     # the evaluations the probe saw in detail (the first 20 steps are all measured so):
@@ -533,6 +541,6 @@ def test_lightning_accumulation_with_validation_every_20_batches(tmp_path: Path)
     assert proc.stdout.startswith("steps 40 ") and report["steps"]["count"] == 40
     s = report["steps"]
     assert s["batch_size"] == 32
-    assert s["samples_per_s"] == pytest.approx(32 * s["steps_per_s"], rel=0.002)
+    assert s["samples_per_s"] == pytest.approx(32 * s["steps_per_s"], rel=READ_AHEAD_REL)
     assert s["data_wait_fraction"] < 0.2, s
     assert "input-bound" not in finding_ids(report)
