@@ -44,3 +44,42 @@ def test_every_step_is_counted_and_one_in_n_is_measured_in_detail(tmp_path: Path
     report = doctor("report", "1", "--format", "json")
     assert report.returncode == 0
     assert '"forward": 0.' in report.stdout and '"samples_per_s": ' in report.stdout
+
+
+NO_GRAD_CALL_EVERY_STEP = """
+import torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x = torch.randn(16, 16)
+for i in range(1500):
+    with torch.no_grad():  # a rollout, pseudo-labels: the trained model, gradients off
+        y = model(x)
+    loss = torch.nn.functional.mse_loss(model(x), y + 0.1)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+print("steps", i + 1)
+"""
+
+
+def test_a_call_with_gradients_off_in_every_short_step_keeps_the_steps_sampled(
+    tmp_path: Path,
+) -> None:
+    """A call of the trained model with gradients off is taken for an evaluation, whose
+    first forward on a step only counted makes the probe measure that step in detail
+    (to time the whole evaluation). In a job that makes such a call in every short
+    step, that must not measure every step in detail: at most one step every
+    SAMPLE_MIN_GAP_NS is switched so, the sampling's own bound."""
+    script = tmp_path / "rollout.py"
+    script.write_text(NO_GRAD_CALL_EVERY_STEP)
+    proc = doctor("run", "--headless", "--", PY, str(script))
+    assert proc.returncode == 0 and "steps 1500" in proc.stdout, proc.stderr[-2000:]
+    timeline = Store(Path(os.environ["GPUDOCTOR_STORE"])).load(1)
+    steps = list(timeline.main_steps())
+    assert len(steps) == 1500
+    later = [s for s in steps[FULL_STEPS:] if s.detail]
+    elapsed = steps[-1].t_end_mono_ns - steps[FULL_STEPS].t_end_mono_ns
+    # the sampling's own (one every SAMPLE_MIN_GAP_NS) and as many switched
+    assert len(later) <= 2 * (elapsed // SAMPLE_MIN_GAP_NS) + 2, (len(later), elapsed)
+    assert len(later) < len(steps) // 4

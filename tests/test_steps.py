@@ -93,9 +93,74 @@ def test_an_evaluation_loaders_batches_between_steps_are_evaluations() -> None:
     out = steps(clock)
     assert len(out) == 9
     assert all(s["batch_size"] == 64 and s["loader_ns"] == 4 for s in out)
-    after_eval = out[3]  # the step whose wall holds the evaluation
-    assert after_eval["wall_ns"] == 2 * 9 + 1 + 5 * 53
+    # the evaluation is not the wall of the step after it (a training step's time)
+    assert [s["wall_ns"] for s in out[1:]] == [2 * 9 + 1] * 8
     assert clock.eval_ns == 3 * 5 * 53 and clock.eval_forwards == 15
+    # the last one ran after the last step: not in the steps' span (the ledger's)
+    assert clock.ledger(None)["evaluation_after"] == 5 * 53  # type: ignore[index]
+
+
+def test_an_evaluation_is_its_whole_loop_less_its_saves_and_the_last_one_is_after() -> None:
+    """An evaluation runs from the step before it to the next step's first forward: the
+    loop around its forwards (metrics, `.item()`) is its time, a save in there is the
+    checkpoints', the next step's batch is that step's data wait; the step after it
+    keeps its own time. One after the last step, with the final
+    save, is outside the steps' span (the ledger's `..._after`); steps counted since an
+    evaluation (sampling) and the saves before them are not after."""
+    clock = StepClock()
+    t = training_loop(clock, 3)
+    for _ in range(4):  # 4 batches: wait 5, forward 3, then 7 of the loop's own
+        clock.loader_batch(t, t + 5, 16)
+        clock.evaluated(t + 5, t + 8)
+        t += 15
+    clock.saved(t - 7, t - 4)  # a save inside it, after its last forward
+    t = training_loop(clock, 2, t=t)
+    # to the next step's first forward, less that step's batch (2) and the save (3)
+    assert clock.eval_ns == 4 * 15 - 3
+    rows = steps(clock)
+    assert [r["wall_ns"] for r in rows[1:]] == [10, 10, 10 + 3, 10]  # the save's 3 only
+    ledger = clock.ledger(None)
+    assert ledger is not None and ledger["evaluation_after"] == ledger["checkpoint_after"] == 0
+    # a save between two forwards is not the evaluation's
+    clock.loader_batch(t, t + 5, 16)
+    clock.evaluated(t + 5, t + 8)
+    clock.saved(t + 8, t + 20)
+    clock.evaluated(t + 21, t + 24)
+    assert clock.eval_ns == 4 * 15 - 3 + 24 - 12
+    ledger = clock.ledger(None)
+    assert ledger is not None
+    assert (ledger["evaluation_after"], ledger["checkpoint_after"]) == (12, 12)
+    assert ledger["checkpoint"] == 3 + 12
+    # steps counted after it (their ends from the optimizer hook): not after them
+    assert clock.ledger(t + 100) == {
+        **ledger,
+        "last_step_end": t + 100,
+        "evaluation_after": 0,
+        "checkpoint_after": 0,
+    }
+    # a save after the last counted step is after, one before it is not
+    clock.saved(t + 30, t + 32)
+    clock.saved(t + 40, t + 45)
+    clock.counted([t + 35])
+    ledger = clock.ledger(None)
+    assert ledger is not None and ledger["checkpoint_after"] == 5
+
+
+def test_a_no_grad_call_inside_a_training_step_is_only_its_call_and_batch() -> None:
+    """A call of the trained model with gradients off after the step's forward (a metric
+    on the training batch): its batch and its call are evaluation's, not the time since
+    the step before."""
+    clock = StepClock()
+    t = training_loop(clock, 2)
+    clock.loader_batch(t, t + 2, 32)
+    clock.forward_start(t + 2, MODEL)
+    clock.forward_end(t + 2, t + 5)
+    clock.loader_batch(t + 5, t + 6, 32)
+    clock.evaluated(t + 6, t + 8)
+    clock.backward_done(t + 8, t + 12)
+    clock.evaluated(t + 13, t + 14)  # after the backward: not from the call before
+    clock.optimizer_done(ADAM, t + 14, t + 15)
+    assert clock.eval_ns == 3 + 1
 
 
 def test_two_optimizers_of_one_iteration_make_one_step() -> None:
@@ -379,19 +444,23 @@ def test_bookkeeping_between_steps_is_not_time_outside_the_model() -> None:
     that is not input; what is left is."""
     clock = StepClock()
     t = 0
-    for _ in range(6):
+    for i in range(6):
         clock.forward_start(t + 5, MODEL)  # 5 units since the last step ended
         clock.forward_end(t + 5, t + 7)
         clock.backward_done(t + 7, t + 9)
         clock.optimizer_start()
         clock.optimizer_done(ADAM, t + 9, t + 10)
         clock.housekeeping(t + 10, t + 11)  # zero_grad after the step
-        clock.evaluated(t + 11, t + 13)  # an evaluation forward
+        if i % 2:
+            clock.evaluated(t + 11, t + 13)  # an evaluation forward after every other
         t += 10
     out = steps(clock)
-    assert out[-1]["outside_ns"] == 2  # 5 less the 1 of bookkeeping and 2 of evaluation
+    # (the first two steps: the optimizer cycle is learnt) 5 less 1 of bookkeeping; after
+    # an evaluation none: it ran from the step's end to the next step's forward (the
+    # last one to its forward's end: no step after it)
+    assert [s["outside_ns"] for s in out[2:]] == [0, 4, 0, 4]
+    assert clock.eval_ns == 5 + 5 + 3 and clock.eval_forwards == 3
     assert out[-1]["forward_ns"] == 2 and out[-1]["forwards"] == 1
-    assert clock.eval_forwards == 6
 
 
 def test_counted_steps_taken_in_pieces_come_out_as_taken_whole() -> None:

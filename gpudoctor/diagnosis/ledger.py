@@ -7,9 +7,10 @@ doctor shares with the job) and the session's start and end.
   an evaluation before the first step is evaluation's, not start-up's);
 - training: from the first step's start to the last one's end, less the evaluation and
   the checkpoints that ran between steps;
-- evaluation, checkpoints: as the probe timed them;
-- other host work: the rest (after the last step: a final save, teardown; and what the
-  probe could not time).
+- evaluation, checkpoints: as the probe timed them (before, between and after the
+  steps: a final evaluation, the last save);
+- other host work: the rest (after the last step: teardown, writing results; and what
+  the probe could not time).
 """
 
 from __future__ import annotations
@@ -60,6 +61,9 @@ def ledger(facts: dict[str, Any], start_mono_ns: int, end_mono_ns: int) -> Ledge
         evaluation = max(0, int(parts.get("evaluation", 0)))
         before = min(evaluation, max(0, int(parts.get("evaluation_before", 0))))
         checkpoint = max(0, int(parts.get("checkpoint", 0)))
+        # after the last step's end: not in the steps' span (older probes: none said)
+        after = min(evaluation - before, max(0, int(parts.get("evaluation_after", 0))))
+        after += min(checkpoint, max(0, int(parts.get("checkpoint_after", 0))))
     except (KeyError, TypeError, ValueError):
         return None
     wall = end_mono_ns - start_mono_ns
@@ -67,7 +71,7 @@ def ledger(facts: dict[str, Any], start_mono_ns: int, end_mono_ns: int) -> Ledge
     last = min(max(last, first), end_mono_ns)
     startup = max(0, first - start_mono_ns - before)
     span = last - first
-    inside = min(span, evaluation - before + checkpoint)
+    inside = min(span, evaluation - before + checkpoint - after)
     training = span - inside
     rest = max(0, wall - startup - training - evaluation - checkpoint)
     # what the probe timed may exceed the wall time by its own rounding: the ledger adds up

@@ -24,13 +24,17 @@ A step ends at the strongest kind of end event the job has shown so far:
 What runs inside an optimizer's step (a closure's forwards and backwards: L-BFGS) never
 ends a step. A root module called with gradients off once the job trains, where that
 module was called with them on before, is evaluation (`evaluated`): its time is not the
-step's forward, nor data wait. Host work between steps that is the step's bookkeeping,
-not input (`housekeeping`: zero_grad, clipping, a `no_grad` block such as a hand-written
-update, a scheduler's step, a save, a host sync such as `.item()`) is taken out of the
-time outside the model. In a job with no optimizer, the update written by hand outside
-a `no_grad` block (`p.data.add_(p.grad, ...)`) reads each parameter's gradient: from the
-backward's end to the last gradient read before the next forward (`grad_read`) is the
-update, not input either.
+step's forward, nor data wait. An evaluation between two steps runs from the end of the
+step before it to the next step's first forward, less that step's batches and the saves
+in it: its loader, its loop, its metrics are its own, and no step's wall holds it (a
+step's time is training's; the wall-time ledger has the evaluation apart). Host work
+between steps that is the step's bookkeeping, not input (`housekeeping`: zero_grad,
+clipping, a `no_grad` block such as a hand-written update, a scheduler's step, a save,
+a host sync such as `.item()`) is taken out of the time outside the model. In a job
+with no optimizer, the update written by hand outside a `no_grad` block
+(`p.data.add_(p.grad, ...)`) reads each parameter's gradient: from the backward's end
+to the last gradient read before the next forward (`grad_read`) is the update, not
+input either.
 
 A step's samples are those of every DataLoader batch it took (gradient accumulation's
 micro-batches together). The batches fetched for an evaluation call (an evaluation
@@ -44,7 +48,8 @@ it, only one step in SAMPLE_EVERY, or one every SAMPLE_MIN_GAP_NS on shorter ste
 least one every SAMPLE_MAX_GAP_NS), is measured in detail (data wait, forward/backward/
 optimizer split, batch size); the others are only counted and timed at the closer's
 step, which is all that runs for them. Each row says
-which kind it is (`detail`). This keeps the probe inside its budget on short steps
+which kind it is (`detail`). An evaluation's first forward on a counted step ends the
+counting there (probe/models.py), so that the evaluation is timed whole. This keeps the probe inside its budget on short steps
 (DESIGN.md section 7: <= 20 us per step; bench/RESULTS.md has the measurements).
 """
 
@@ -77,6 +82,9 @@ SAMPLE_MAX_GAP_NS = 500_000_000
 # 2026-12-05), 3.9 us a step at one in 32, 1.25% of the time at 25 ms. 40 a second still
 # give the rules hundreds of detailed steps in the windows they read (10 s and more).
 SAMPLE_MIN_GAP_NS = 25_000_000
+
+# The saves since a step's end kept to tell those after the last step (the ledger's).
+MAX_RECENT_SAVES = 64
 
 # A step that is only counted and timed: no split, no batch size (-1: unknown).
 NO_PARTS = (0, 0, 0, 0, 0, 0, -1, 0, 0)
@@ -114,9 +122,15 @@ class StepClock:
         self.eval_ns = 0
         self.eval_forwards = 0
         self.eval_before_ns = 0  # of it, before the first step (in the start-up's time)
+        self.eval_after_ns = 0  # of it, since the last step's end (after the last step)
         # checkpoints (torch.save) over the whole run: time and count
         self.save_ns = 0
         self.saves = 0
+        self.recent_saves: list[tuple[int, int]] = []  # since the step's end: start, time
+        # the evaluation under way (`evaluated`): where its time so far ends (None: none),
+        # and save_ns there
+        self.eval_mark: int | None = None
+        self.eval_save_mark = 0
         # when the first step that is surely one began (the wall-time ledger)
         self.first_start: int | None = None
         # the step's bookkeeping since its end, not yet taken out of the time outside
@@ -151,6 +165,14 @@ class StepClock:
         self.syncs = 0
         self.pageable = 0
         self.outside_open = True
+        # a step ended: an evaluation after it is a new one, and after the last step
+        self.eval_mark = None
+        self.eval_trained = 0
+        self.eval_step_ns = 0  # evaluation in this step's time: not the step's wall
+        self.eval_after_ns = 0
+        self.save_at_end = self.save_ns  # the checkpoints' time at the step's end
+        if self.recent_saves:
+            self.recent_saves = []
 
     @property
     def ends_seen(self) -> int:
@@ -198,10 +220,11 @@ class StepClock:
         if not self.detail:  # only counted and timed: no split (the FLOP count's step)
             parts = NO_PARTS
         loader, outside, forward, backward, optimizer, forwards, batch, syncs, pageable = parts
+        eval_ns, self.eval_step_ns = self.eval_step_ns, 0
         row = (
             self.index,
             t_end,
-            t_end - start,
+            t_end - start - eval_ns,
             loader,
             outside,
             forward,
@@ -338,6 +361,8 @@ class StepClock:
         if self.last_end is None:
             self.last_end = t
         if self.outside_open:
+            if self.eval_mark is not None:  # an evaluation before it: its end is here
+                self._evaluation_ends(t)
             begun = max(self.last_end, self.update_until)
             self.outside = max(0, t - begun - self.housekeeping_ns)
             self.housekeeping_ns = 0
@@ -374,12 +399,37 @@ class StepClock:
 
     def evaluated(self, t0: int, t1: int) -> None:
         """A root module ran an evaluation forward from t0 to t1 (see the docstring).
-        The DataLoader batches fetched since the last root call were its input (an
-        evaluation loader's, between two training steps): their wait is evaluation's,
-        not the step's data wait, and their samples are not the step's."""
-        self.eval_ns += t1 - t0 + self.recent_loader
+        An evaluation runs from the end of the step before it (or its previous forward's
+        end) to its forward's end: its loader's waits, the loop around its forwards
+        (metrics, `.item()`, `model.eval()`) are its time, less the checkpoints saved in
+        there (theirs). It is not the next step's input time, nor data wait: the
+        DataLoader batches fetched since the last root call were its input (an
+        evaluation loader's), and their samples are not the step's either. On a step only
+        counted (the probe did not switch to detail), the call alone is known."""
+        if not self.detail:
+            self.eval_ns += t1 - t0
+            self.eval_forwards += 1
+            return
+        start = self.eval_mark
+        trained = self.forward + self.backward
+        saves = self.eval_save_mark
+        if start is None or trained != self.eval_trained:
+            last = self.last_end
+            saves = self.save_at_end
+            if self.outside_open and last is not None and last < t0:
+                start = last  # its first forward: it began where the step before it ended
+            else:  # inside a training step: the call and the batches it took
+                start = t0 - self.recent_loader
+        saved = self.save_ns - saves
+        self.eval_save_mark = self.save_ns
+        span = max(0, t1 - start - saved)
+        self.eval_ns += span
+        self.eval_after_ns += span
+        self.eval_step_ns += span
         self.eval_forwards += 1
-        self.housekeeping(t0, t1)  # between two steps, it is not input's either
+        self.eval_mark = t1
+        self.eval_trained = trained
+        self.housekeeping(start, t1)  # between two steps, it is not input's either
         if self.recent_loader or self.recent_batch:
             self.loader -= self.recent_loader
             if self.recent_batch:
@@ -387,6 +437,23 @@ class StepClock:
                 self.batch = left if left > 0 else -1
             self.recent_loader = 0
             self.recent_batch = 0
+
+    def _evaluation_ends(self, t: int) -> None:
+        """The step's first forward at t, after an evaluation: what ran since its last
+        forward (its loop's tail: the last `.item()`, `model.train()`, logging) is the
+        evaluation's too, less the DataLoader batches fetched since (the step's input)
+        and the saves (the checkpoints')."""
+        mark = self.eval_mark
+        if mark is None or mark >= t:
+            return
+        saved = self.save_ns - self.eval_save_mark
+        tail = t - mark - self.recent_loader - saved
+        if tail > 0:
+            self.eval_ns += tail
+            self.eval_after_ns += tail
+            self.eval_step_ns += tail
+            self.housekeeping(mark, t - self.recent_loader)  # the saves' spans in it
+        self.eval_mark = None
 
     def housekeeping(self, t0: int, t1: int) -> None:
         """The step's bookkeeping ran from t0 to t1 (see the docstring): between two
@@ -415,6 +482,8 @@ class StepClock:
         """A checkpoint (torch.save) from t0 to t1: the ledger's, and bookkeeping."""
         self.save_ns += t1 - t0
         self.saves += 1
+        if len(self.recent_saves) < MAX_RECENT_SAVES:
+            self.recent_saves.append((t0, t1 - t0))
         self.housekeeping(t0, t1)
 
     def ledger(self, last_end: int | None) -> dict[str, int] | None:
@@ -423,6 +492,7 @@ class StepClock:
         clock has heard), evaluation and checkpoints. None before the first step."""
         if self.first_start is None:
             return None
+        after = (last_end or 0) <= (self.last_end or 0)
         return {
             "first_step_start": self.first_start,
             "last_step_end": max(last_end or 0, self.last_end or 0),
@@ -430,6 +500,10 @@ class StepClock:
             "evaluation_before": self.eval_before_ns,
             "checkpoint": self.save_ns,
             "checkpoints": self.saves,
+            # of them, since the last step's end (a final evaluation, the last save): not
+            # in the span of the steps (unless steps were counted since)
+            "evaluation_after": self.eval_after_ns if after else 0,
+            "checkpoint_after": self.save_ns - self.save_at_end if after else 0,
         }
 
     def optimizer_start(self) -> None:
@@ -507,7 +581,10 @@ class StepClock:
             self.index += len(ends)
             self.last_end = ends[-1]
             self.step_roots = set()
+            after = [save for save in self.recent_saves if save[0] >= ends[-1]]
             self._zero()
+            self.recent_saves = after  # the saves after the last of them
+            self.save_at_end -= sum(save[1] for save in after)
         self.housekeeping_ns = 0
         self.housekeeping_spans = []
         self.next_detail = 1

@@ -25,7 +25,7 @@ import weakref
 from typing import Any
 
 from .agent import Agent
-from .clock import END_BACKWARD
+from .clock import END_BACKWARD, SAMPLE_MIN_GAP_NS
 from .invisible import ClassPatch, RootCall, drop_own_frame, tracing_checks, unseen
 from .running import running_objects
 
@@ -58,6 +58,7 @@ class ModelHooks:
         self.described: set[int] = set()
         self.depth = 0
         self.evaluating = False  # the root call under way is an evaluation (clock.py)
+        self.eval_detail_ns = 0  # when an evaluation last switched to detail
         # roots called with gradients on: the models the job trains (ids; bounded)
         self.trained: set[int] = set()
         self.device_type = "cpu"
@@ -210,6 +211,19 @@ class ModelHooks:
         trains (called with gradients on before), once the job trains (clock.py)."""
         return key in self.trained and self.agent.clock.level >= END_BACKWARD
 
+    def _measure_evaluation(self) -> None:
+        """An evaluation's first forward on a step only counted: the counting ends here,
+        and the step is measured in detail from now on, so that the whole evaluation is
+        timed (its loader's batches, the loop around its forwards: clock.evaluated), not
+        only its forwards. At most once in SAMPLE_MIN_GAP_NS, the sampling's own
+        bound: a job that calls its model with gradients off in every short step (a
+        GAN's generator for the discriminator's step, a policy's rollout) keeps most of
+        its steps counted, and their such calls are timed alone."""
+        t = now()
+        if t - self.eval_detail_ns >= SAMPLE_MIN_GAP_NS:
+            self.eval_detail_ns = t
+            self.agent.end_counting()
+
     def _enter(self, module: Any, args: tuple[Any, ...]) -> int:
         self.depth = 1
         t = now()
@@ -226,6 +240,8 @@ class ModelHooks:
                     self.forwards_with_grad += 1
             else:
                 self.evaluating = self._evaluation(key)
+                if self.evaluating and not agent.detail:
+                    self._measure_evaluation()
             if not self.evaluating:
                 clock.forward_start(t, key)
             self.forwards += 1
