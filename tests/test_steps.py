@@ -234,6 +234,36 @@ def test_hand_written_sgd_falls_back_to_backward() -> None:
     assert out[-1]["wall_ns"] == 10
 
 
+def test_an_evaluation_after_a_hand_written_update_ends_the_step_before_it() -> None:
+    """A step that ends at its backward (pytorch/examples' word_language_model: the
+    update on `p.data`, an evaluation after each epoch): the evaluation's first forward
+    ends it, as a training forward would, and runs from the update's end (its last
+    gradient read) on; a final one is after the last step."""
+    clock = StepClock()
+    t = 0
+    for _epoch in range(2):
+        for _ in range(70):  # more than PROVISIONAL_STEPS: they are steps
+            clock.forward_start(t + 3, MODEL)
+            clock.forward_end(t + 3, t + 5)
+            clock.backward_done(t + 5, t + 8)
+            clock.grad_read(t + 9)  # the update reads the gradients until t + 9
+            t += 10
+        for _ in range(3):  # the evaluation: 3 forwards of 2 units, 4 apart
+            clock.evaluated(t + 2, t + 4)
+            t += 4
+    # each from the update's end (1 before its step's end + 10) to its last forward's
+    # end, 13; the first one on to the next step's first forward, 3 more
+    assert clock.eval_ns == 13 + 3 + 13
+    ledger = clock.ledger(None)
+    assert ledger is not None and ledger["evaluation_after"] == 13
+    out = steps(clock)
+    assert len(out) == 140 and ledger["last_step_end"] == out[-1]["t_end_mono_ns"]
+    # the step after the first evaluation: its own time, less the 1 after the update
+    # (the evaluation's from then on) and its 3 of input code, which came after the
+    # evaluation's last forward (taken for the evaluation's tail)
+    assert out[70]["wall_ns"] == 10 - 1 - 3 and out[69]["wall_ns"] == 10
+
+
 def test_tensor_code_without_modules_steps_per_backward() -> None:
     clock = StepClock()
     for i in range(6):

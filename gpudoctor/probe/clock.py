@@ -410,6 +410,12 @@ class StepClock:
             self.eval_ns += t1 - t0
             self.eval_forwards += 1
             return
+        pending = self.pending_end
+        if pending is not None and self.level >= END_BACKWARD and self.nested_at_opt_start < 0:
+            # a step that ends at its backward (an update written by hand) ended before
+            # it, as at the next training forward (`forward_start`)
+            self._emit_current(pending)
+            self.pending_end = None
         start = self.eval_mark
         trained = self.forward + self.backward
         saves = self.eval_save_mark
@@ -417,7 +423,9 @@ class StepClock:
             last = self.last_end
             saves = self.save_at_end
             if self.outside_open and last is not None and last < t0:
-                start = last  # its first forward: it began where the step before it ended
+                # its first forward: it began where the step before it ended (and its
+                # update, written by hand, was over)
+                start = min(max(last, self.update_until), t0)
             else:  # inside a training step: the call and the batches it took
                 start = t0 - self.recent_loader
         saved = self.save_ns - saves
