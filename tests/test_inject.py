@@ -61,6 +61,7 @@ JOB = """
         "setstate": torch.nn.Module.__dict__["__setstate__"],
         "hook_step": torch.optim.Optimizer.__dict__["profile_hook_step"],
         "item": torch.Tensor.item,
+        "scaler_step": torch.amp.GradScaler.__dict__["step"],
     }
 
     class Decoded(Dataset):
@@ -99,7 +100,8 @@ JOB = """
           dl._BaseDataLoaderIter.__dict__["__next__"] is ORIGINAL["next"],
           torch.nn.Module.__dict__["__setstate__"] is ORIGINAL["setstate"],
           torch.optim.Optimizer.__dict__["profile_hook_step"] is ORIGINAL["hook_step"],
-          torch.Tensor.item is ORIGINAL["item"])
+          torch.Tensor.item is ORIGINAL["item"],
+          torch.amp.GradScaler.__dict__["step"] is ORIGINAL["scaler_step"])
     print("patched", [c.__name__ for c in (torch.nn.Sequential, torch.nn.Linear, torch.nn.ReLU)
                       if "__call__" in vars(c)])
     print("finished", n, f"{loss.item():.6f}", [f"{p.sum().item():.6f}" for p in model.parameters()])

@@ -642,3 +642,40 @@ def test_evaluations_between_counted_steps_are_timed_whole_and_are_not_training(
     # their split (the evaluations' 1.9 s in their wall made it all "other")
     split = report["steps"]["split"]
     assert split["other"] < 0.5 and split["forward"] > 0.1, report["steps"]
+
+
+# The mixed-precision recipe of torch's AMP tutorial, Trainer's fp16 and Lightning's
+# "16-mixed": autocast to float16 and a GradScaler, whose first steps overflow (the
+# scale starts at 2**16 and halves at each) and are skipped: `optimizer.step()` is not
+# called, and the loop counts them all the same. Here on the CPU (float16 autocast).
+FP16_SCALER = """
+    import torch
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu")
+    x, y = torch.randn(32, 64) * 30, torch.randint(0, 10, (32,))
+    skipped = 0
+    for step in range(200):
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        scale = scaler.get_scale()
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad()
+        skipped += scaler.get_scale() < scale
+    print("steps", step + 1, "skipped", skipped, round(loss.item(), 4))
+"""
+
+
+def test_steps_the_grad_scaler_skipped_are_steps(tmp_path: Path) -> None:
+    """The steps whose optimizer step the GradScaler skipped (non-finite gradients) were
+    merged into the next one as if they were micro-batches of gradient accumulation:
+    196 steps of the script's 200."""
+    path = tmp_path / "fp16.py"
+    path.write_text(textwrap.dedent(FP16_SCALER))
+    proc, report = _plain_and_doctored(tmp_path, path)
+    skipped = int(proc.stdout.split()[3])
+    assert proc.stdout.startswith("steps 200 ") and skipped > 0, proc.stdout
+    assert report["steps"]["count"] == 200

@@ -67,6 +67,7 @@ class OptimizerHooks:
         opt.Optimizer.profile_hook_step = staticmethod(profile_hook_step)
         if agent.injected:
             self.adopt_running(opt.Optimizer)
+        self.scaler_step = self.wrap_scaler()
 
     def wrap(self, hooked: Any) -> Any:
         """An optimizer class's step, timed. On a counted step it runs as little as can
@@ -124,6 +125,39 @@ class OptimizerHooks:
             return result
 
         return unseen(step)
+
+    def wrap_scaler(self) -> Any:
+        """AMP's GradScaler skips the optimizer's step when the gradients are not finite
+        (fp16's first steps while the scale comes down, an overflow now and then): the
+        job's step ended there all the same. Its loop counts it (Trainer's and
+        Lightning's global step do), so the clock hears of an optimizer step that took
+        no time (the step wrapper around nothing). `GradScaler.step` is wrapped on its
+        class (torch.cuda.amp's and torch.cpu.amp's inherit it); the original is its
+        `__wrapped__`. None where torch has no GradScaler."""
+        try:
+            from torch.amp.grad_scaler import GradScaler
+        except ImportError:
+            return None
+        original = GradScaler.__dict__.get("step")
+        if original is None:
+            return None
+        agent = self.agent
+        skipped = self.wrap(lambda *args, **kwargs: None)
+
+        @functools.wraps(original)
+        def step(scaler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+            before = agent.optimizer_steps
+            try:
+                result = original(scaler, optimizer, *args, **kwargs)
+            except BaseException as exc:
+                drop_own_frame(exc)
+                raise
+            if agent.optimizer_steps == before and agent.active and self.enabled:
+                skipped(optimizer)
+            return result
+
+        GradScaler.step = unseen(step)
+        return (GradScaler, original, step)
 
     def adopt_running(self, base: type) -> None:
         """In a process joined late, the optimizer classes torch has wrapped already
@@ -236,5 +270,9 @@ class OptimizerHooks:
                 setattr(cls, "step", step)  # noqa: B010
         for cell, held in self.cells:
             cell.cell_contents = held
+        if self.scaler_step is not None:
+            cls, original, ours = self.scaler_step
+            if cls.__dict__.get("step") is ours:
+                cls.step = original
         self.adopted.clear()
         self.cells.clear()
