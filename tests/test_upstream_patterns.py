@@ -576,12 +576,15 @@ EVALUATE_BETWEEN_SHORT_STEPS = """
     train = DataLoader(TensorDataset(x, (x.sum(1) > 0).long()), batch_size=8, shuffle=True)
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 2))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    ema = torch.optim.swa_utils.AveragedModel(  # an average of the weights, as timm keeps
+        model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(0.99))
 
     def evaluate(n):
         model.eval()
         with torch.no_grad():
-            right = sum((model(v).argmax(1) == t).sum().item()
-                        for v, t in DataLoader(SlowValidation(n), batch_size=16))
+            right = [sum((m(v).argmax(1) == t).sum().item()
+                         for v, t in DataLoader(SlowValidation(n), batch_size=16))
+                     for m in (model, ema)]  # the model, then its average (timm's order)
         model.train()
         return right
 
@@ -593,6 +596,7 @@ EVALUATE_BETWEEN_SHORT_STEPS = """
             loss.backward()
             opt.step()
             opt.zero_grad()
+            ema.update_parameters(model)
             steps += 1
             if steps % 250 == 0:
                 t0 = time.perf_counter()
@@ -616,8 +620,10 @@ def test_evaluations_between_counted_steps_are_timed_whole_and_are_not_training(
     script's own timing. Its evaluations fall on steps that are only counted: the ledger
     had their forwards only (0.03 s of 1.9 s), and the rest was counted as training.
     Now each evaluation is timed from the step before it to its last forward (the probe
-    measures that step in detail from its first evaluation forward), the final test
-    after the last step is not taken out of training's span, and neither is the save."""
+    measures that step in detail from its first evaluation forward), with the average
+    of the weights it validates after the model (timm's EMA: a model never trained,
+    whose calls were the next step's forward), the final test after the last step is
+    not taken out of training's span, and neither is the save."""
     path = tmp_path / "evaluate.py"
     path.write_text(textwrap.dedent(EVALUATE_BETWEEN_SHORT_STEPS))
     saved, own_file = tmp_path / "model.pt", tmp_path / "own.json"

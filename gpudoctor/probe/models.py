@@ -208,8 +208,12 @@ class ModelHooks:
 
     def _evaluation(self, key: int) -> bool:
         """A call with gradients off is an evaluation when it is of a model the job
-        trains (called with gradients on before), once the job trains (clock.py)."""
-        return key in self.trained and self.agent.clock.level >= END_BACKWARD
+        trains (called with gradients on before), once the job trains (clock.py); or of
+        another model while an evaluation is under way (no training forward since): an
+        average of the weights (timm validates its EMA model after the model), the best
+        model loaded back for a final test."""
+        clock = self.agent.clock
+        return clock.level >= END_BACKWARD and (key in self.trained or clock.eval_mark is not None)
 
     def _measure_evaluation(self) -> None:
         """An evaluation's first forward on a step only counted: the counting ends here,
