@@ -685,3 +685,68 @@ def test_steps_the_grad_scaler_skipped_are_steps(tmp_path: Path) -> None:
     skipped = int(proc.stdout.split()[3])
     assert proc.stdout.startswith("steps 200 ") and skipped > 0, proc.stdout
     assert report["steps"]["count"] == 200
+
+
+# Trainer's evaluation of a DDP job calls the model unwrapped (`model.module`), a model
+# the loop never calls itself with gradients on; one rank here (gloo, world size 1).
+DDP_EVALUATED_UNWRAPPED = """
+    import json, sys, tempfile, time, torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+    class SlowValidation(Dataset):
+        def __len__(self):
+            return 160
+
+        def __getitem__(self, i):
+            time.sleep(0.0005)
+            return torch.full((32,), float(i % 7)), i % 2
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method="file://" + tempfile.mktemp(), rank=0,
+                            world_size=1)
+    x = torch.randn(1024, 32)
+    train = DataLoader(TensorDataset(x, (x.sum(1) > 0).long()), batch_size=8, shuffle=True)
+    model = DDP(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
+                                    torch.nn.Linear(64, 2)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def evaluate(inner):
+        inner.eval()
+        with torch.no_grad():
+            right = sum((inner(v).argmax(1) == t).sum().item()
+                        for v, t in DataLoader(SlowValidation(), batch_size=16))
+        inner.train()
+        return right
+
+    steps, own = 0, 0.0
+    for epoch in range(3):
+        for xb, yb in train:
+            loss = torch.nn.functional.cross_entropy(model(xb), yb)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            steps += 1
+            if steps % 128 == 0:
+                t0 = time.perf_counter()
+                print("step", steps, "valid", evaluate(model.module))
+                own += time.perf_counter() - t0
+    print("steps", steps)
+    json.dump({"evaluation": own}, open(sys.argv[1], "w"))
+    dist.destroy_process_group()
+"""
+
+
+def test_a_ddp_model_evaluated_unwrapped_is_evaluation(tmp_path: Path) -> None:
+    """The model DDP wraps is the trained model's too: its calls with gradients off are
+    evaluations (its class stays patched when it is no root of its own). They were not
+    seen at all: the ledger had no evaluation, its time was the next step's."""
+    path, own_file = tmp_path / "ddp_eval.py", tmp_path / "own.json"
+    path.write_text(textwrap.dedent(DDP_EVALUATED_UNWRAPPED))
+    proc, report = run_job(tmp_path, path, str(own_file), doctor_args=("--no-stacks",))
+    assert "steps 384" in proc.stdout and report["steps"]["count"] == 384, proc.stderr[-2000:]
+    own = json.loads(own_file.read_text())["evaluation"]
+    evaluation = report["ledger"]["evaluation_s"]
+    assert evaluation == pytest.approx(own, rel=0.1, abs=0.03), (report["ledger"], own)

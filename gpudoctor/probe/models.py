@@ -128,7 +128,8 @@ class ModelHooks:
         # (a step's end and a flush at once), and only one of them must remove each patch
         provisional, self.provisional = self.provisional, []
         try:
-            root_classes = {type(m) for m in list(self.roots.values())}
+            # a wrapper's model keeps its class patched: it may be called unwrapped
+            root_classes = {type(m) for root in list(self.roots.values()) for m in wrapped(root)}
             for patch in provisional:
                 if not any(issubclass(c, patch.owner) for c in root_classes):
                     patch.remove()
@@ -206,6 +207,12 @@ class ModelHooks:
 
         return unseen(__call__)
 
+    def _trains(self, module: Any) -> None:
+        """A root called with gradients on: a model the job trains, and so is the model
+        a wrapper of it holds (DDP's and DataParallel's `module`, a compiled module's
+        `_orig_mod`): Trainer evaluates a DDP job's model unwrapped."""
+        self.trained.update(id(m) for m in wrapped(module))
+
     def _evaluation(self, key: int) -> bool:
         """A call with gradients off is an evaluation when it is of a model the job
         trains (called with gradients on before), once the job trains (clock.py); or of
@@ -239,7 +246,7 @@ class ModelHooks:
             if torch.is_grad_enabled():
                 self.evaluating = False
                 if key not in self.trained and len(self.trained) < 64:
-                    self.trained.add(key)
+                    self._trains(module)
                 if not agent.backwards:  # matters until a backward
                     self.forwards_with_grad += 1
             else:
@@ -344,6 +351,19 @@ class ModelHooks:
             patch.remove()
         self.patches.clear()
         self.provisional.clear()
+
+
+def wrapped(module: Any) -> list[Any]:
+    """The module, and the models it wraps (DDP's and DataParallel's `module`, a compiled
+    module's `_orig_mod`), outermost first."""
+    chain = [module]
+    for _ in range(3):
+        held = module.__dict__.get("_modules") or {}
+        module = held.get("module") or held.get("_orig_mod")
+        if module is None:
+            break
+        chain.append(module)
+    return chain
 
 
 def outermost(modules: list[Any]) -> list[Any]:
