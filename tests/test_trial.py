@@ -96,7 +96,12 @@ def test_more_workers_through_the_scripts_flag_is_faster(tmp_path: Path) -> None
     ratio = c["treatment"]["samples_per_s"] / c["baseline"]["samples_per_s"]
     assert c["speedup"] == pytest.approx(ratio, rel=1e-3)
     assert c["ci95"][0] <= c["speedup"] <= c["ci95"][1]
-    assert c["verdict"] == ("faster" if c["ci95"][0] > 1 else "no better than noise")
+    # the verdict rests on the 95% interval, or on a busy machine on the wider one, and
+    # claims nothing from fewer than three runs a side throughout busy (trial.verdict)
+    low, high = c["judged"]["ci"] if c["judged"] else c["ci95"]
+    too_few = bool(c["machine_busy"] and c["machine_busy"]["too_few_runs"])
+    said = "faster" if low > 1 else "slower" if high < 1 else "no better than noise"
+    assert c["verdict"] == ("no better than noise" if too_few else said), c
 
 
 def test_without_the_flag_the_probe_overrides_the_dataloader(tmp_path: Path) -> None:
@@ -123,7 +128,8 @@ def test_without_the_flag_the_probe_overrides_the_dataloader(tmp_path: Path) -> 
         lines = listed.stdout.splitlines()
         assert max(cell_width(line) for line in lines) <= int(columns or 80), listed.stdout
         assert "None" not in listed.stdout
-        entry = [line for line in lines if "trial of more-workers: 2 runs" in line]
+        # two runs, or four when the first pair left it undecided (a busy machine)
+        entry = [line for line in lines if f"trial of more-workers: {len(runs)} runs" in line]
         head = [line for line in lines if " trial " in line and "x" in line]
         assert head, listed.stdout
         under = [line for line in lines if line.lstrip().startswith("└ ")]
