@@ -750,3 +750,42 @@ def test_a_ddp_model_evaluated_unwrapped_is_evaluation(tmp_path: Path) -> None:
     own = json.loads(own_file.read_text())["evaluation"]
     evaluation = report["ledger"]["evaluation_s"]
     assert evaluation == pytest.approx(own, rel=0.1, abs=0.03), (report["ledger"], own)
+
+
+# Pseudo-labels (FixMatch's shape), a rollout: the trained model called with gradients
+# off in every step, in training mode, before the step's own forward.
+PSEUDO_LABELS = """
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    x = torch.randn(512, 32)
+    loader = DataLoader(TensorDataset(x), batch_size=16, shuffle=True)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    steps = 0
+    for epoch in range(20):
+        for (xb,) in loader:
+            with torch.no_grad():
+                pseudo = model(xb + 0.01 * torch.randn_like(xb)).argmax(1)
+            loss = torch.nn.functional.cross_entropy(model(xb), pseudo)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            steps += 1
+    print("steps", steps, round(loss.item(), 4))
+"""
+
+
+def test_a_call_with_gradients_off_in_training_mode_is_the_steps(tmp_path: Path) -> None:
+    """The pseudo-labels' call is the step's work, not an evaluation: the step keeps its
+    batch (its samples were taken out: samples/s read nothing) and its data wait, and
+    the ledger has no evaluation (it had a tenth of the run's time)."""
+    path = tmp_path / "pseudo.py"
+    path.write_text(textwrap.dedent(PSEUDO_LABELS))
+    proc, report = run_job(tmp_path, path, doctor_args=("--no-stacks",))
+    assert proc.stdout.startswith("steps 640 ") and report["steps"]["count"] == 640
+    s = report["steps"]
+    assert s["batch_size"] == 16
+    assert s["samples_per_s"] == pytest.approx(16 * s["steps_per_s"], rel=0.002)
+    assert report["ledger"]["evaluation_s"] == 0, report["ledger"]

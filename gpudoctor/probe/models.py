@@ -177,7 +177,7 @@ class ModelHooks:
         if self.depth or not agent.active or not self.enabled:
             return False
         if not agent.detail:  # a counted step: only an evaluation is timed (clock.py)
-            return not self.torch.is_grad_enabled() and self._evaluation(id(module))
+            return not self.torch.is_grad_enabled() and self._evaluation(module)
         verdict = self.verdicts.get(id(module))
         if verdict is None or verdict[0]() is not module:
             try:
@@ -213,14 +213,21 @@ class ModelHooks:
         `_orig_mod`): Trainer evaluates a DDP job's model unwrapped."""
         self.trained.update(id(m) for m in wrapped(module))
 
-    def _evaluation(self, key: int) -> bool:
-        """A call with gradients off is an evaluation when it is of a model the job
-        trains (called with gradients on before), once the job trains (clock.py); or of
-        another model while an evaluation is under way (no training forward since): an
-        average of the weights (timm validates its EMA model after the model), the best
-        model loaded back for a final test."""
+    def _evaluation(self, module: Any) -> bool:
+        """A call with gradients off is an evaluation, once the job trains (clock.py),
+        when it is of a model the job trains (called with gradients on before) in eval
+        mode (`model.eval()`: every evaluation loop of Trainer, Lightning, timm, nanoGPT
+        and pytorch/examples calls it; a call in training mode inside a step, as
+        pseudo-labels and rollouts are made, is the step's); or of another model while
+        an evaluation is under way (no training forward since): an average of the
+        weights (timm validates its EMA model after the model), the best model loaded
+        back for a final test."""
         clock = self.agent.clock
-        return clock.level >= END_BACKWARD and (key in self.trained or clock.eval_mark is not None)
+        if clock.level < END_BACKWARD:
+            return False
+        if clock.eval_mark is not None:
+            return True
+        return id(module) in self.trained and not module.training
 
     def _measure_evaluation(self) -> None:
         """An evaluation's first forward on a step only counted: the counting ends here,
@@ -250,7 +257,7 @@ class ModelHooks:
                 if not agent.backwards:  # matters until a backward
                     self.forwards_with_grad += 1
             else:
-                self.evaluating = self._evaluation(key)
+                self.evaluating = self._evaluation(module)
                 if self.evaluating and not agent.detail:
                     self._measure_evaluation()
             if not self.evaluating:
