@@ -780,7 +780,7 @@ PSEUDO_LABELS = """
 def test_a_call_with_gradients_off_in_training_mode_is_the_steps(tmp_path: Path) -> None:
     """The pseudo-labels' call is the step's work, not an evaluation: the step keeps its
     batch (its samples were taken out: samples/s read nothing) and its data wait, and
-    the ledger has no evaluation (it had a tenth of the run's time)."""
+    the ledger has no evaluation (it had a tenth of the training time: 0.025 of 0.22 s)."""
     path = tmp_path / "pseudo.py"
     path.write_text(textwrap.dedent(PSEUDO_LABELS))
     proc, report = run_job(tmp_path, path, doctor_args=("--no-stacks",))
