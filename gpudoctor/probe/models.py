@@ -299,11 +299,9 @@ class ModelHooks:
         agent = self.agent
         name = type(module).__name__
         names = [name]
-        inner = module.__dict__.get("_modules", {}).get("module") or module.__dict__.get(
-            "_modules", {}
-        ).get("_orig_mod")
-        if inner is not None:
-            names.append(type(inner).__name__)
+        chain = wrapped(module)
+        if len(chain) > 1:  # a wrapper's model (DDP's, a compiled module's)
+            names.append(type(chain[1]).__name__)
         param = next(module.parameters(), None)
         if param is not None:
             self.device_type = param.device.type
@@ -365,7 +363,9 @@ def wrapped(module: Any) -> list[Any]:
     module's `_orig_mod`), outermost first."""
     chain = [module]
     for _ in range(3):
-        held = module.__dict__.get("_modules") or {}
+        held = module.__dict__.get("_modules")
+        if type(held) is not dict:  # a ScriptModule's is a mapping of its own, no wrapper
+            break
         module = held.get("module") or held.get("_orig_mod")
         if module is None:
             break
