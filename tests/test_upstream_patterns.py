@@ -418,8 +418,11 @@ def test_accumulated_steps_take_all_their_batches_and_evaluation_is_not_data_wai
     s = report["steps"]
     assert s["batch_size"] == 32
     assert s["samples_per_s"] == pytest.approx(32 * s["steps_per_s"], rel=rel)
+    # the training loader's own wait (four batches of 8 indexed and collated a step) is
+    # ~9% of a 5.3 ms step on this machine, a low finding; the validation's reads, which
+    # the old clock counted as data wait, would make it medium or high
     assert s["data_wait_fraction"] < 0.2, s
-    assert "input-bound" not in finding_ids(report)
+    assert "input-bound" not in finding_ids(report, "medium", "high")
     # the evaluations the probe saw in detail (the first 20 steps are all measured so):
     # their reads are the ledger's evaluation, at least 3 of them at ~64 ms each
     assert report["ledger"]["evaluation_s"] >= 0.15, report["ledger"]
