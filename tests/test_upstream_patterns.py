@@ -483,7 +483,10 @@ def test_a_hugging_face_trainer_with_accumulation_and_evaluations(tmp_path: Path
     assert s["batch_size"] == 32  # the median step's: 4 batches of 8
     assert s["samples_per_s"] is not None
     assert 24 <= s["samples_per_s"] / s["steps_per_s"] <= 33, s
-    assert "input-bound" not in finding_ids(report)
+    # Trainer's collation of the training batches is ~4% of a 10 ms step here, at the
+    # edge of a low finding; the evaluations' reads counted as data wait would be more
+    assert s["data_wait_fraction"] < 0.2, s
+    assert "input-bound" not in finding_ids(report, "medium", "high")
 
 
 LIGHTNING_ACCUMULATION = """
