@@ -399,10 +399,11 @@ class StepClock:
 
     def evaluated(self, t0: int, t1: int) -> None:
         """A root module ran an evaluation forward from t0 to t1 (see the docstring).
-        An evaluation runs from the end of the step before it (or its previous forward's
-        end) to its forward's end: its loader's waits, the loop around its forwards
-        (metrics, `.item()`, `model.eval()`) are its time, less the checkpoints saved in
-        there (theirs). It is not the next step's input time, nor data wait: the
+        An evaluation runs from the end of the step before it to the next step's first
+        forward (`_evaluation_ends`); here, from there (or its previous forward's end) to
+        this forward's end: its loader's waits, the loop around its forwards (metrics,
+        `.item()`, `model.eval()`) are its time, less the checkpoints saved in there
+        (theirs). It is not the next step's input time, nor data wait: the
         DataLoader batches fetched since the last root call were its input (an
         evaluation loader's), and their samples are not the step's either. On a step only
         counted (the probe did not switch to detail), the call alone is known."""
@@ -451,7 +452,7 @@ class StepClock:
         forward (its loop's tail: the last `.item()`, `model.train()`, logging) is the
         evaluation's too, less the DataLoader batches fetched since (the step's input)
         and the saves (the checkpoints')."""
-        mark = self.eval_mark
+        mark, self.eval_mark = self.eval_mark, None
         if mark is None or mark >= t:
             return
         saved = self.save_ns - self.eval_save_mark
@@ -461,7 +462,6 @@ class StepClock:
             self.eval_after_ns += tail
             self.eval_step_ns += tail
             self.housekeeping(mark, t - self.recent_loader)  # the saves' spans in it
-        self.eval_mark = None
 
     def housekeeping(self, t0: int, t1: int) -> None:
         """The step's bookkeeping ran from t0 to t1 (see the docstring): between two
