@@ -146,6 +146,19 @@ def test_an_evaluation_is_its_whole_loop_less_its_saves_and_the_last_one_is_afte
     assert ledger is not None and ledger["checkpoint_after"] == 5
 
 
+def test_an_evaluation_after_a_step_emitted_late_is_not_taken_from_its_wall() -> None:
+    """A step the clock emits only later (its optimizer cycle not yet known: one step,
+    then an evaluation, then the end) keeps its wall: the evaluation is after it (its
+    call alone here: the step was still open when it ran)."""
+    clock = StepClock()
+    t = training_loop(clock, 1)  # 10 units, ADAM's cycle not closed
+    clock.evaluated(t + 2, t + 5)
+    (row,) = steps(clock)  # emitted at the end, ending at the optimizer's step
+    assert row["wall_ns"] == 10 and clock.eval_ns == 3
+    ledger = clock.ledger(None)
+    assert ledger is not None and ledger["evaluation_after"] == 3
+
+
 def test_a_no_grad_call_inside_a_training_step_is_only_its_call_and_batch() -> None:
     """A call of the trained model with gradients off after the step's forward (a metric
     on the training batch): its batch and its call are evaluation's, not the time since

@@ -47,10 +47,10 @@ Sampling: once a job's steps end at its optimizers and the first FULL_STEPS are 
 it, only one step in SAMPLE_EVERY, or one every SAMPLE_MIN_GAP_NS on shorter steps (and at
 least one every SAMPLE_MAX_GAP_NS), is measured in detail (data wait, forward/backward/
 optimizer split, batch size); the others are only counted and timed at the closer's
-step, which is all that runs for them. Each row says
-which kind it is (`detail`). An evaluation's first forward on a counted step ends the
-counting there (probe/models.py), so that the evaluation is timed whole. This keeps the probe inside its budget on short steps
-(DESIGN.md section 7: <= 20 us per step; bench/RESULTS.md has the measurements).
+step, which is all that runs for them. Each row says which kind it is (`detail`). An
+evaluation's first forward on a counted step ends the counting there (probe/models.py),
+so that the evaluation is timed whole. This keeps the probe inside its budget on short
+steps (DESIGN.md section 7: <= 20 us per step; bench/RESULTS.md has the measurements).
 """
 
 from __future__ import annotations
@@ -122,7 +122,6 @@ class StepClock:
         self.eval_ns = 0
         self.eval_forwards = 0
         self.eval_before_ns = 0  # of it, before the first step (in the start-up's time)
-        self.eval_after_ns = 0  # of it, since the last step's end (after the last step)
         # checkpoints (torch.save) over the whole run: time and count
         self.save_ns = 0
         self.saves = 0
@@ -168,8 +167,9 @@ class StepClock:
         # a step ended: an evaluation after it is a new one, and after the last step
         self.eval_mark = None
         self.eval_trained = 0
-        self.eval_step_ns = 0  # evaluation in this step's time: not the step's wall
-        self.eval_after_ns = 0
+        # evaluation since the step's end: not the next step's wall, and after the last
+        # step the ledger's `evaluation_after`
+        self.eval_step_ns = 0
         self.save_at_end = self.save_ns  # the checkpoints' time at the step's end
         if self.recent_saves:
             self.recent_saves = []
@@ -215,12 +215,13 @@ class StepClock:
             self.pageable,
         ) = parts
 
-    def _emit(self, t_end: int, parts: tuple[int, ...]) -> None:
+    def _emit(self, t_end: int, parts: tuple[int, ...], eval_ns: int = 0) -> None:
+        """A row for the step that ended at t_end; `eval_ns` of evaluation ran in its
+        time (the step under way's: `_emit_current`), not in its wall."""
         start = self.last_end if self.last_end is not None else t_end
         if not self.detail:  # only counted and timed: no split (the FLOP count's step)
             parts = NO_PARTS
         loader, outside, forward, backward, optimizer, forwards, batch, syncs, pageable = parts
-        eval_ns, self.eval_step_ns = self.eval_step_ns, 0
         row = (
             self.index,
             t_end,
@@ -255,7 +256,7 @@ class StepClock:
         self.step_roots = set()
 
     def _emit_current(self, t_end: int) -> None:
-        self._emit(t_end, self._parts())
+        self._emit(t_end, self._parts(), self.eval_step_ns)
         self._zero()
 
     def _release_pre_train(self) -> None:
@@ -433,7 +434,6 @@ class StepClock:
         self.eval_save_mark = self.save_ns
         span = max(0, t1 - start - saved)
         self.eval_ns += span
-        self.eval_after_ns += span
         self.eval_step_ns += span
         self.eval_forwards += 1
         self.eval_mark = t1
@@ -459,7 +459,6 @@ class StepClock:
         tail = t - mark - self.recent_loader - saved
         if tail > 0:
             self.eval_ns += tail
-            self.eval_after_ns += tail
             self.eval_step_ns += tail
             self.housekeeping(mark, t - self.recent_loader)  # the saves' spans in it
 
@@ -510,7 +509,7 @@ class StepClock:
             "checkpoints": self.saves,
             # of them, since the last step's end (a final evaluation, the last save): not
             # in the span of the steps (unless steps were counted since)
-            "evaluation_after": self.eval_after_ns if after else 0,
+            "evaluation_after": self.eval_step_ns if after else 0,
             "checkpoint_after": self.save_ns - self.save_at_end if after else 0,
         }
 
