@@ -290,21 +290,21 @@ def test_input_code_before_a_hand_written_update_is_still_input(tmp_path: Path) 
         print("steps", 400, round(loss.item(), 6))
         """)
     )
-    plain = subprocess.run([PY, str(path)], capture_output=True, text=True, env=env_without_probe())
-    proc, report = run_job(tmp_path, path, doctor_args=("--no-stacks",))
-    assert proc.returncode == 0 and proc.stdout == plain.stdout
+    proc, report = _plain_and_doctored(tmp_path, path)
     assert report["steps"]["count"] == 400
     assert "input-bound" in finding_ids(report), report["steps"]["split"]
 
 
 def _plain_and_doctored(
-    tmp_path: Path, path: Path
+    tmp_path: Path, path: Path, *job_args: str
 ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     """The script run plain, then under the doctor: both succeed with the same output;
     the doctored run and its report."""
-    plain = subprocess.run([PY, str(path)], capture_output=True, text=True, env=env_without_probe())
+    plain = subprocess.run(
+        [PY, str(path), *job_args], capture_output=True, text=True, env=env_without_probe()
+    )
     assert plain.returncode == 0, plain.stderr[-2000:]
-    proc, report = run_job(tmp_path, path, doctor_args=("--no-stacks",))
+    proc, report = run_job(tmp_path, path, *job_args, doctor_args=("--no-stacks",))
     assert proc.returncode == 0 and proc.stdout == plain.stdout
     return proc, report
 
@@ -625,21 +625,16 @@ def test_evaluations_between_counted_steps_are_timed_whole_and_are_not_training(
     """The wall-time ledger of a job with evaluations between short steps, against the
     script's own timing. Its evaluations fall on steps that are only counted: the ledger
     had their forwards only (0.03 s of 1.9 s), and the rest was counted as training.
-    Now each evaluation is timed from the step before it to its last forward (the probe
-    measures that step in detail from its first evaluation forward), with the average
+    Now each evaluation is timed from the step before it to the next step's first
+    forward (the probe measures that step in detail from its first evaluation forward),
+    or to its last forward after the last step, with the average
     of the weights it validates after the model (timm's EMA: a model never trained,
     whose calls were the next step's forward), the final test after the last step is
     not taken out of training's span, and neither is the save."""
     path = tmp_path / "evaluate.py"
     path.write_text(textwrap.dedent(EVALUATE_BETWEEN_SHORT_STEPS))
     saved, own_file = tmp_path / "model.pt", tmp_path / "own.json"
-    plain = subprocess.run(
-        [PY, str(path), str(saved), str(own_file)], capture_output=True, text=True,
-        env=env_without_probe(),
-    )  # fmt: skip
-    assert plain.returncode == 0, plain.stderr[-2000:]
-    proc, report = run_job(tmp_path, path, str(saved), str(own_file), doctor_args=("--no-stacks",))
-    assert proc.returncode == 0 and proc.stdout == plain.stdout
+    proc, report = _plain_and_doctored(tmp_path, path, str(saved), str(own_file))
     own = json.loads(own_file.read_text())
     assert "steps 1536 " in proc.stdout and report["steps"]["count"] == 1536
     ledger = report["ledger"]
