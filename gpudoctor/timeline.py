@@ -46,6 +46,10 @@ WALL = STEP_FIELD["wall_ns"]
 # has every step of the minute up to 1,666 steps a second.
 MAX_STEP_ROWS = 100_000
 MIN_STEP_ROWS = 5_000
+# A process's `step_mode` fact: where its probe's clock ends a step (probe/clock.py's
+# END_NAMES); a process that trains ends it at a backward or an optimizer step.
+TRAINING_MODES = frozenset({"backward", "optimizer"})
+INFERENCE_MODES = frozenset({"forward", "dataloader"})
 MAX_SAMPLES_KEPT = 6 * 3600  # host and GPU readings: six hours at 1 Hz
 # The live screens' window (snapshot.py), and the report's charts' when they say when
 # a finding was first seen: the last RECENT_STEPS steps, RECENT_SAMPLES host readings
@@ -280,12 +284,28 @@ class Timeline:
 
     def counted_steps(self) -> dict[int, int]:
         """Each stepping process's steps: its counter page's count, or the rows that
-        arrived when they are more (a page written before the last rows were sent)."""
+        arrived when they are more (a page written before the last rows were sent).
+        While some process trains, one that only calls its model forward is not a
+        stepping process: it evaluates what the others train (`inferring`)."""
         pids = set(self.step_counts) | {p for p, n in self.page_steps.items() if n > 0}
+        pids -= self.inferring()
         return {
             pid: max(self.step_counts.get(pid, 0), self.page_steps.get(pid, 0))
             for pid in sorted(pids)
         }
+
+    def inferring(self) -> set[int]:
+        """The processes whose probe counts forwards alone (no backward seen: its clock's
+        step ends at a forward or a batch) while another process of the job trains
+        (backward or optimizer steps). Hogwild's parent (pytorch/examples' mnist_hogwild)
+        tests the model its spawned workers trained, batch by batch; a launcher that
+        evaluates after `mp.spawn` does the same; an RL actor makes rollouts for a
+        learner. Their forwards are no training steps; a job that only infers keeps its
+        forwards as its steps."""
+        modes = {pid: f.get("step_mode") for pid, f in self.facts.items()}
+        if not any(mode in TRAINING_MODES for mode in modes.values()):
+            return set()
+        return {pid for pid, mode in modes.items() if mode in INFERENCE_MODES}
 
     def store_trouble(self) -> str | None:
         """Why the store cannot be written, while it cannot (the records wait in memory)."""

@@ -790,3 +790,68 @@ def test_a_call_with_gradients_off_in_training_mode_is_the_steps(tmp_path: Path)
     assert s["batch_size"] == 16
     assert s["samples_per_s"] == pytest.approx(16 * s["steps_per_s"], rel=0.002)
     assert report["ledger"]["evaluation_s"] == 0, report["ledger"]
+
+
+# Hogwild as pytorch/examples' mnist_hogwild writes it: workers started with 'spawn'
+# train the model in shared memory; the parent then tests it, batch by batch, with
+# more batches than a worker has steps.
+HOGWILD_THEN_TEST = """
+    import torch
+    import torch.multiprocessing as mp
+
+    def train(rank, model):
+        torch.manual_seed(rank)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for i in range(30):
+            opt.zero_grad()
+            model(torch.randn(8, 16)).pow(2).mean().backward()
+            opt.step()
+        print("worker done", rank, 30, flush=True)
+
+    if __name__ == "__main__":
+        mp.set_start_method("spawn", force=True)
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
+        model.share_memory()
+        procs = [mp.Process(target=train, args=(r, model)) for r in range(2)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join()
+        model.eval()
+        with torch.no_grad():
+            total = sum(model(torch.randn(4, 16)).sum().item() for _ in range(120))
+        print("tested 120 batches", [p.exitcode for p in procs])
+"""
+
+
+def test_a_parent_that_tests_what_its_workers_trained_is_not_a_stepping_process(
+    tmp_path: Path,
+) -> None:
+    """Its 120 forwards, without a backward, while the workers train: evaluation of their
+    model, not 120 steps of the job's (they were, and being the most, the report's)."""
+    path = tmp_path / "hogwild.py"
+    path.write_text(textwrap.dedent(HOGWILD_THEN_TEST))
+    proc, report = run_job(tmp_path, path, doctor_args=("--no-stacks",))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "tested 120 batches [0, 0]" in proc.stdout
+    probe = report["probe"]
+    assert sorted(probe["steps_by_process"].values()) == [30, 30], probe
+    assert len(probe["processes"]) == 3 and proc.stdout.count("worker done") == 2
+    assert report["steps"]["count"] == 30
+
+
+def test_processes_that_only_infer_keep_their_steps_unless_another_trains() -> None:
+    """Two inference processes (a forward each step): both step. Once a third trains,
+    theirs are its evaluation or rollouts; a process not yet said keeps its steps."""
+    from gpudoctor.timeline import Timeline
+
+    t = Timeline(command=["python"], started_unix=0.0, start_mono_ns=0)
+    for pid, mode, n in ((1, "forward", 50), (2, "dataloader", 40), (4, None, 5)):
+        t.step_counts[pid] = n
+        t.facts[pid] = {} if mode is None else {"step_mode": mode}
+    assert t.counted_steps() == {1: 50, 2: 40, 4: 5} and t.main_pid() == 1
+    t.step_counts[3] = 20
+    t.facts[3] = {"step_mode": "optimizer"}
+    assert t.counted_steps() == {3: 20, 4: 5} and t.main_pid() == 3
+    assert t.total_steps() == 20
