@@ -54,10 +54,15 @@ JOB = f"""
                           nn.Linear({HID}, {OUT}))
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     loader = DataLoader(Data(), batch_size={B}, num_workers=1, worker_init_fn=started)
+    val = torch.randn(4 * {B}, {IN})
     for epoch in range(int(sys.argv[1])):
         for x, y in loader:
             loss = nn.functional.cross_entropy(model(x), y)
             opt.zero_grad(); loss.backward(); opt.step()
+        model.eval()  # a validation after each epoch: between the counted step and the last
+        with torch.no_grad():
+            model(val)
+        model.train()
     h = hashlib.sha256()
     for p in model.parameters():
         h.update(p.detach().numpy().tobytes())
@@ -235,3 +240,39 @@ def test_a_cores_rate_is_measured_once_a_day_for_this_cpu_and_numpy(
     assert cpu_peak.measure(budget_s=0.02) is not None and len(measured) == 3
     (tmp_path / "gpudoctor" / "cpu_peak.json").write_text("{not json")
     assert cpu_peak.measure(budget_s=0.02) is not None and len(measured) == 4
+
+
+@pytest.mark.parametrize(
+    "conv",
+    ["dense", "depthwise", "grouped_transposed"],
+)
+def test_a_convolutions_flops_forward_and_backward_against_a_hand_count(conv: str) -> None:
+    """A convolution's forward is 2 x batch x out-channels x out-pixels x (in-channels /
+    groups) x kernel; its backward as much again for each gradient it makes. torch's own
+    formula counts a grouped convolution's weight gradient `groups` times over (a
+    depthwise one's backward read 65 forwards): MobileNet's or ConvNeXt's speed of light
+    came out several times too slow, faster than the job itself."""
+    import torch
+
+    from gpudoctor.probe.flops import counting_mode
+
+    n, c, size, k = 4, 16, 12, 3
+    if conv == "dense":
+        layer: torch.nn.Module = torch.nn.Conv2d(c, 2 * c, k, padding=1)
+        forward, out_size = 2 * n * (2 * c) * size**2 * c * k * k, size
+    elif conv == "depthwise":
+        layer = torch.nn.Conv2d(c, c, k, padding=1, groups=c)
+        forward, out_size = 2 * n * c * size**2 * 1 * k * k, size
+    else:  # stride 2, 4 groups: each input pixel feeds its group's c/4 outputs x kernel
+        layer = torch.nn.ConvTranspose2d(c, c, k, stride=2, groups=4)
+        forward, out_size = 2 * n * c * size**2 * (c // 4) * k * k, 2 * size + 1
+    for input_grad in (False, True):
+        x = torch.randn(n, c, size, size, requires_grad=input_grad)
+        mode = counting_mode(torch)
+        with mode:
+            y = layer(x)
+        assert y.shape[-1] == out_size
+        assert sum(mode.flops.values()) == forward
+        with mode:
+            y.sum().backward()
+        assert sum(mode.flops.values()) == forward * (3 if input_grad else 2), conv

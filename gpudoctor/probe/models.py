@@ -258,8 +258,10 @@ class ModelHooks:
                     self.forwards_with_grad += 1
             else:
                 self.evaluating = self._evaluation(module)
-                if self.evaluating and not agent.detail:
-                    self._measure_evaluation()
+                if self.evaluating:
+                    agent.flops.evaluating(True)
+                    if not agent.detail:
+                        self._measure_evaluation()
             if not self.evaluating:
                 clock.forward_start(t, key)
             self.forwards += 1
@@ -286,6 +288,7 @@ class ModelHooks:
         try:
             if self.evaluating:
                 self.agent.clock.evaluated(t0, now())
+                self.agent.flops.evaluating(False)
                 return
             self.agent.clock.forward_end(t0, now())
             self.agent.note_steps()
