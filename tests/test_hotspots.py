@@ -369,3 +369,23 @@ def test_a_file_name_with_a_null_byte_gives_no_line_and_no_crash() -> None:
 
     assert _source_line("/tmp/train\x00.py", 3) == ""
     assert _source_line(__file__, 1).startswith('"""')
+
+
+def test_the_probes_own_frames_are_not_the_users_line() -> None:
+    """The probe's wrappers are compiled under a file name with a space and brackets in
+    it (probe/invisible.py): a sample inside its DataLoader wrapper belongs to the
+    user's line that called `next`, not to a file "importlib._bootstrap-style frames
+    are skipped by warnings)>" (pytorch/examples' imagenet listed that as a line)."""
+    from gpudoctor.probe.invisible import FILENAME
+
+    raw = (
+        f'process 100:"python main.py";thread (100): MainThread;<module> (/w/main.py:40);'
+        f"validate (/w/main.py:371);LoaderHooks.__init__.<locals>.__next__ ({FILENAME}:41);"
+        f"_BaseDataLoaderIter.__next__ ({VENV}/torch/utils/data/dataloader.py:725) 7\n"
+        f'process 100:"python main.py";thread (100): MainThread;'
+        f"train (/w/my project (copy)/main.py:12) 3"
+    )
+    assert parse(raw, 100) == {
+        ("main", "/w/main.py", 371, "validate", "loader"): 7,
+        ("main", "/w/my project (copy)/main.py", 12, "train", "other"): 3,
+    }

@@ -85,7 +85,7 @@ _MARKERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 _TENSOR_BACKWARD = "Tensor.backward"
 
 _INT = re.compile(r"^-?\d+$")
-_FRAME = re.compile(r"^(?P<name>.*) \((?P<file>.*):(?P<line>\d+)\)$")
+_FRAME = re.compile(r"^(?P<name>.*?) \((?P<file>.*):(?P<line>\d+)\)$")
 _THREAD = re.compile(r"^thread \((?P<tid>\d+)\)(?:: (?P<name>.*))?$")
 
 
