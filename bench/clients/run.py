@@ -14,9 +14,16 @@ run_clm.py is not in the snapshot the search tool can bring (the repository is o
 size): put examples/pytorch/language-modeling/run_clm.py at REPOS/transformers/.
 Lightning's examples/pytorch/basics/transformer.py goes at
 REPOS/lightning/examples/pytorch/basics/ (it needs `pip install lightning`). Data they
-would download is made here from
-text that ships with the repositories (ng-video-lecture's input.txt, the examples'
-wikitext-2 valid and test files), in a work folder outside the repositories.
+would download is made here from text that ships with the repositories
+(ng-video-lecture's input.txt, the examples' wikitext-2 valid and test files), or made
+up in the shapes and file formats the scripts read (Cora's graph, MNIST, a folder of
+JPEGs), in a work folder outside the repositories.
+
+The examples that need torchvision (mnist, mnist_hogwild, imagenet) run only with a
+`--python` that has it; the CPU torch this project pins has no torchvision that loads
+beside it, so on this machine: a venv with `pip install torch==2.14.1
+torchvision==0.29.1` (a CUDA build, run on the CPU) and `pip install -e .` of this
+project. The others are skipped, said on stderr.
 
 Each client prints a row: project, script, command, steps theirs/ours, findings, the
 wall ratio (doctored/plain), and whether the output was the same (times in the output
@@ -47,7 +54,8 @@ _TIMES = re.compile(
     r"(\d+(\.\d+)?(e[+-]?\d+)?\s*(ms|s|sec|seconds|it/s|s/it|samples/s|steps/s|%)\b)|"
     r"(time:?\s*\d+(\.\d+)?)|(\d\d:\d\d:\d\d)|(\d\d/\d\d/\d\d\d\d)|(mfu -?\d+(\.\d+)?)|"
     r"((ms|s)/\w+\s+\d+(\.\d+)?)|(iter_dt \d+(\.\d+)?)|(\d+:\d\d:\d\d([,.]\d+)?)|"
-    r"((runtime|per_second)['\"]?\s*[:=]\s*['\"]?[\d:.]+(e[+-]?\d+)?)|(\d+(\.\d+)?\s*[A-Za-z]+/s\b)"
+    r"((runtime|per_second)['\"]?\s*[:=]\s*['\"]?[\d:.]+(e[+-]?\d+)?)|(\d+(\.\d+)?\s*[A-Za-z]+/s\b)|"
+    r"((Time|Data)\s+\d+\.\d+\s+\(\s*\d+\.\d+\))"  # pytorch/examples' AverageMeter: seconds
 )
 
 
@@ -75,6 +83,8 @@ class Client:
     deterministic: bool = True
     # where the script prints its own count: "stdout", or "both" (progress bars)
     counts_on: str = "stdout"
+    # modules the Python that runs it must have (torchvision: see the docstring)
+    needs: tuple[str, ...] = ()
 
 
 # -- data the scripts would download, made from text the repositories ship -------------
@@ -162,6 +172,87 @@ def _hf_text(repos: Path, work: Path) -> None:
     bpe.train([str(work / "train.txt")], vocab_size=500, special_tokens=["<|endoftext|>"])
     fast = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>")
     fast.save_pretrained(str(work / "tok"))
+
+
+def _cora(repos: Path, work: Path) -> None:
+    """The Cora citation graph the graph examples download (2,708 papers, 1,433 word
+    features, 7 classes, 5,429 citations), made up with its shapes and file formats:
+    ./cora/cora.content and cora.cites, the archive gcn/main.py fetches (cora.tgz), and
+    a `requests` that hands it that archive (no network here)."""
+    import tarfile
+
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    papers, words = 2708, 1433
+    classes = ["Case_Based", "Genetic_Algorithms", "Neural_Networks", "Theory",
+               "Probabilistic_Methods", "Reinforcement_Learning", "Rule_Learning"]  # fmt: skip
+    ids = rng.choice(10**6, papers, replace=False)
+    rows = []
+    for i in range(papers):
+        features = "\t".join(map(str, (rng.random(words) < 0.013).astype(int)))
+        rows.append(f"{ids[i]}\t{features}\t{classes[rng.integers(len(classes))]}\n")
+    cites = [f"{a}\t{b}\n" for a, b in (rng.choice(ids, 2, replace=False) for _ in range(5429))]
+    folder = work / "cora"
+    folder.mkdir(exist_ok=True)
+    (folder / "cora.content").write_text("".join(rows))
+    (folder / "cora.cites").write_text("".join(cites))
+    with tarfile.open(work / "cora.tgz", "w:gz") as tgz:
+        tgz.add(folder, arcname="cora")
+    stub = work / "stub"
+    stub.mkdir(exist_ok=True)
+    (stub / "requests.py").write_text(
+        "import contextlib, io, os\n\n"
+        "@contextlib.contextmanager\n"
+        "def get(url, stream=True):  # the archive this work folder holds\n"
+        "    class Response:\n"
+        "        raw = io.BytesIO(open(os.path.join(os.path.dirname(__file__), '..',"
+        " 'cora.tgz'), 'rb').read())\n"
+        "    yield Response()\n"
+    )
+
+
+MNIST_TRAIN, MNIST_TEST = 6000, 1000  # images (60,000 and 10,000 in the real set)
+
+
+def _mnist(repos: Path, work: Path) -> None:
+    """MNIST as torchvision reads it from ../data/MNIST/raw (the examples' root),
+    made up: 28x28 noise with a bright bar whose row says the label, fewer images."""
+    import struct
+
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    raw = work.parent / "data" / "MNIST" / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    for prefix, n in (("train", MNIST_TRAIN), ("t10k", MNIST_TEST)):
+        labels = rng.integers(0, 10, n, dtype=np.uint8)
+        images = (rng.random((n, 28, 28)) * 60).astype(np.uint8)
+        for i, label in enumerate(labels):
+            images[i, 4 + 2 * label : 6 + 2 * label, 4:24] = 255
+        with open(raw / f"{prefix}-images-idx3-ubyte", "wb") as f:
+            f.write(struct.pack(">IIII", 2051, n, 28, 28) + images.tobytes())
+        with open(raw / f"{prefix}-labels-idx1-ubyte", "wb") as f:
+            f.write(struct.pack(">II", 2049, n) + labels.tobytes())
+
+
+IMAGES_PER_CLASS = {"train": 16, "val": 4}  # of 10 classes, 128x96 JPEGs
+
+
+def _image_folders(repos: Path, work: Path) -> None:
+    """An ImageNet-style folder (imgs/train/<class>/*.jpg, imgs/val/...), made up."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for split, n in IMAGES_PER_CLASS.items():
+        for c in range(10):
+            folder = work / "imgs" / split / f"class{c:02d}"
+            folder.mkdir(parents=True, exist_ok=True)
+            for i in range(n):
+                pixels = (rng.random((96, 128, 3)) * 80).astype(np.uint8)
+                pixels[:, 10 * c : 10 * c + 12] = 230
+                Image.fromarray(pixels).save(folder / f"{i}.jpg", quality=90)
 
 
 LIGHTNING_SAMPLES = 4500  # WikiText2 samples of 35 tokens: the example holds out 4000
@@ -337,6 +428,62 @@ CLIENTS = [
         setup=_lecture,
     ),
     Client(
+        "pytorch/examples",
+        "examples/gat/main.py",
+        ["--epochs", "30", "--val-every", "5", "--hidden-dim", "16", "--num-heads", "2"],
+        _fixed(30),  # an epoch is one full-graph step
+        setup=_cora,
+        env={"PYTHONPATH": "{work}/stub"},  # it imports requests (unused: the data is there)
+    ),
+    Client(
+        "pytorch/examples",
+        "examples/gcn/main.py",
+        [],  # 200 epochs, one full-graph step each, train and val evaluated in each
+        _fixed(200),
+        setup=_cora,
+        env={"PYTHONPATH": "{work}/stub"},
+    ),
+    Client(
+        "pytorch/examples",
+        "examples/mnist/main.py",
+        ["--epochs", "2", "--no-accel"],
+        _fixed(2 * -(-MNIST_TRAIN // 64)),  # batches of 64, the last one short
+        setup=_mnist,
+        needs=("torchvision",),
+    ),
+    Client(
+        "pytorch/examples",
+        "examples/mnist_hogwild/main.py",
+        ["--epochs", "1"],  # two processes, each an epoch of its own shuffle
+        _fixed(-(-MNIST_TRAIN // 64)),  # each worker's (the report's: one process's)
+        setup=_mnist,
+        needs=("torchvision",),
+        deterministic=False,  # the workers update one model at once, racing
+    ),
+    Client(
+        "pytorch/examples",
+        "examples/imagenet/main.py",
+        [
+            "imgs",
+            "-a",
+            "mobilenet_v3_small",
+            "-b",
+            "16",
+            "--epochs",
+            "2",
+            "-j",
+            "2",
+            "--no-accel",
+            "-p",
+            "2",
+            "--seed",
+            "0",
+        ],  # fmt: skip
+        _fixed(2 * 10 * IMAGES_PER_CLASS["train"] // 16),
+        setup=_image_folders,
+        needs=("torchvision",),
+    ),
+    Client(
         "huggingface/transformers",
         "transformers/run_clm.py",
         [
@@ -419,7 +566,7 @@ def run_one(
     work = Path(tempfile.mkdtemp(prefix="client-", dir=keep))
     c.setup(repos, work)
     script = repos / c.script
-    env = {**os.environ, **{k: v.format(repos=repos) for k, v in c.env.items()}}
+    env = {**os.environ, **{k: v.format(repos=repos, work=work) for k, v in c.env.items()}}
     if "PYTHONPATH" in c.env and os.environ.get("PYTHONPATH"):  # the doctor's own stays
         env["PYTHONPATH"] += os.pathsep + os.environ["PYTHONPATH"]
     env.pop("GPUDOCTOR_SOCKET", None)
@@ -483,6 +630,11 @@ def run_one(
     }
 
 
+def _has(module: str) -> bool:
+    """Whether the Python that runs the jobs imports the module."""
+    return subprocess.run([PY, "-c", f"import {module}"], capture_output=True).returncode == 0
+
+
 def table(rows: list[dict[str, object]]) -> str:
     head = ("| project | script | command | exit plain/doctor | output same | steps theirs/ours "
             "| findings | wall ratio |\n|---|---|---|---|---|---|---|---|\n")  # fmt: skip
@@ -517,6 +669,10 @@ def main() -> None:
     rows = []
     for c in CLIENTS:
         if wanted and not any(w in c.project or w in c.script for w in wanted):
+            continue
+        missing = [m for m in c.needs if not _has(m)]
+        if missing:
+            print(f"skipped {c.script}: {PY} has no {', '.join(missing)}", file=sys.stderr)
             continue
         row = run_one(c, args.repos.resolve(), store, keep, args.device)
         rows.append(row)
