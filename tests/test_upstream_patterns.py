@@ -855,3 +855,80 @@ def test_processes_that_only_infer_keep_their_steps_unless_another_trains() -> N
     t.facts[3] = {"step_mode": "optimizer"}
     assert t.counted_steps() == {3: 20, 4: 5} and t.main_pid() == 3
     assert t.total_steps() == 20
+
+
+# timm's train.py (2026): the loop trains a task module that holds the model, its average
+# and its loss (`task(input, target)`), and validates the model alone, then the average
+# (`task.get_eval_model()`, in eval mode under `torch.inference_mode()`), every epoch,
+# over a loader of its own.
+TASK_TRAINED_MODEL_VALIDATED = """
+    import json, sys, time, torch
+    from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+    class SlowValidation(Dataset):
+        def __len__(self):
+            return 240
+
+        def __getitem__(self, i):
+            time.sleep(0.0005)
+            return torch.full((32,), float(i % 7)), i % 2
+
+    class Task(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+            self.criterion = torch.nn.CrossEntropyLoss()
+
+        def forward(self, x, y):
+            return self.criterion(self.model(x), y)
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    x = torch.randn(1024, 32)
+    train = DataLoader(TensorDataset(x, (x.sum(1) > 0).long()), batch_size=8, shuffle=True)
+    task = Task(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 2)))
+    # its average of the weights, held by the task beside the model (timm's setup_ema)
+    task.ema = torch.optim.swa_utils.AveragedModel(
+        task.model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(0.99))
+    opt = torch.optim.SGD(task.model.parameters(), lr=0.01)
+    own, steps = {"evaluation": 0.0}, 0
+    for epoch in range(6):
+        task.train()
+        for xb, yb in train:
+            loss = task(xb, yb)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            task.ema.update_parameters(task.model)
+            steps += 1
+        t0 = time.perf_counter()
+        for eval_model in (task.model, task.ema):  # the model, then its average
+            eval_model.eval()
+            with torch.inference_mode():
+                right = sum((eval_model(v).argmax(1) == t).sum().item()
+                            for v, t in DataLoader(SlowValidation(), batch_size=16))
+        own["evaluation"] += time.perf_counter() - t0
+        print("epoch", epoch, "steps", steps, "right", right)
+    json.dump(own, open(sys.argv[1], "w"))
+"""
+
+
+def test_a_model_validated_alone_after_training_inside_a_task_module_is_evaluation(
+    tmp_path: Path,
+) -> None:
+    """The validations' forwards were of a module never called with gradients on (the
+    task was): not evaluation. The ledger had none, and each validation was in the
+    next step's wall (pytorch-image-models' train.py: evaluation 0.0 s of 12.8)."""
+    path = tmp_path / "task.py"
+    path.write_text(textwrap.dedent(TASK_TRAINED_MODEL_VALIDATED))
+    own_file = tmp_path / "own.json"
+    proc, report = _plain_and_doctored(tmp_path, path, str(own_file))
+    own = json.loads(own_file.read_text())
+    assert "epoch 5 steps 768 " in proc.stdout and report["steps"]["count"] == 768
+    ledger = report["ledger"]
+    assert ledger["evaluation_s"] == pytest.approx(own["evaluation"], rel=0.15, abs=0.03), (
+        ledger,
+        own,
+    )
+    split = report["steps"]["split"]
+    assert split["other"] < 0.5 and split["forward"] > 0.1, report["steps"]

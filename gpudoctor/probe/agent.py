@@ -170,6 +170,18 @@ class Agent:
         self.clock.counted(ends)
         self.measure_next_step(True)
 
+    def stepped_parameters(self) -> set[int]:
+        """The ids of the parameters the job's optimizers step (of those seen stepping);
+        empty while none has stepped, or without the optimizer hooks."""
+        for group in self.groups:
+            get = getattr(group, "stepped_parameters", None)
+            if get is not None:
+                try:
+                    return set(get())
+                except Exception as exc:
+                    self.error("stepped-parameters", exc)
+        return set()
+
     def note_steps(self) -> None:
         """Mirror the clock's count in the counter page (on steps measured in detail)."""
         values = self.page.values

@@ -129,7 +129,11 @@ class ModelHooks:
         provisional, self.provisional = self.provisional, []
         try:
             # a wrapper's model keeps its class patched: it may be called unwrapped
-            root_classes = {type(m) for root in list(self.roots.values()) for m in wrapped(root)}
+            roots = list(self.roots.values())
+            root_classes = {type(m) for root in roots for m in wrapped(root)}
+            parts = self._trained_parts(roots)
+            root_classes.update(type(m) for m in parts)
+            self.trained.update(id(m) for m in parts)
             for patch in provisional:
                 if not any(issubclass(c, patch.owner) for c in root_classes):
                     patch.remove()
@@ -137,6 +141,30 @@ class ModelHooks:
                         self.patches.remove(patch)
         except Exception as exc:
             self.agent.error("models-discovery", exc, self)
+
+    def _trained_parts(self, roots: list[Any]) -> list[Any]:
+        """Of each root the job trains, the one part whose parameters an optimizer
+        steps, when there is just one: timm's train.py trains a task module that holds
+        the model (stepped), its average (not stepped) and its loss, and validates the
+        model alone; that call is of a model the job trains. A model's own layers are
+        several parts, and keep no patch (each call of theirs would cost the patch)."""
+        stepped = self.agent.stepped_parameters()
+        if not stepped:
+            return []
+        parts = []
+        for root in roots:
+            if id(root) not in self.trained:
+                continue
+            held = root.__dict__.get("_modules")
+            if type(held) is not dict:
+                continue
+            found = [
+                m for m in held.values()
+                if m is not None and any(id(p) in stepped for p in m.parameters())
+            ]  # fmt: skip
+            if len(found) == 1:
+                parts.append(found[0])
+        return parts
 
     def adopt_running(self) -> None:
         """The models a process made before the probe arrived: the modules its training

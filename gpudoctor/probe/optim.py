@@ -195,6 +195,16 @@ class OptimizerHooks:
                     cell.cell_contents = wrapped[id(held)]
                     self.cells.append((cell, held))
 
+    def stepped_parameters(self) -> set[int]:
+        """The ids of the parameters of the optimizers seen stepping."""
+        optimizers = [ref() for ref in list(self.refs.values())]
+        return {
+            id(p)
+            for o in optimizers if o is not None
+            for group in o.param_groups
+            for p in group["params"]
+        }  # fmt: skip
+
     def cycle_changed(self, optimizer: Any) -> None:
         """On a counted step, another optimizer than the closer stepped. When it steps a
         second time before the closer does, the cycle has changed: counting ends, the
