@@ -55,7 +55,9 @@ _TIMES = re.compile(
     r"(time:?\s*\d+(\.\d+)?)|(\d\d:\d\d:\d\d)|(\d\d/\d\d/\d\d\d\d)|(mfu -?\d+(\.\d+)?)|"
     r"((ms|s)/\w+\s+\d+(\.\d+)?)|(iter_dt \d+(\.\d+)?)|(\d+:\d\d:\d\d([,.]\d+)?)|"
     r"((runtime|per_second)['\"]?\s*[:=]\s*['\"]?[\d:.]+(e[+-]?\d+)?)|(\d+(\.\d+)?\s*[A-Za-z]+/s\b)|"
-    r"((Time|Data)\s+\d+\.\d+\s+\(\s*\d+\.\d+\))"  # pytorch/examples' AverageMeter: seconds
+    # AverageMeters' columns (seconds, rates): pytorch/examples' imagenet, timm's train.py
+    r"((Time|Data):?\s+\d+\.\d+s?,?(\s+\d+\.\d+/s)?\s+\(\s*\d+\.\d+s?,?(\s+\d+\.\d+/s)?\))|"
+    r"(\d{8}-\d{6})"  # a run folder's date and time (timm's output/train/<date-time>-...)
 )
 
 
@@ -480,6 +482,43 @@ CLIENTS = [
             "0",
         ],  # fmt: skip
         _fixed(2 * 10 * IMAGES_PER_CLASS["train"] // 16),
+        setup=_image_folders,
+        needs=("torchvision",),
+    ),
+    Client(
+        "huggingface/pytorch-image-models",
+        "timm/train.py",
+        [
+            "--data-dir",
+            "imgs",
+            "--val-split",
+            "val",
+            "--model",
+            "mobilenetv3_small_050",
+            "--num-classes",
+            "10",
+            "-b",
+            "16",
+            "--epochs",
+            "8",
+            "--img-size",
+            "96",
+            "--workers",
+            "2",
+            "--device",
+            "cpu",
+            "--no-prefetcher",
+            "--log-interval",
+            "2",
+            "--model-ema",
+            "--seed",
+            "0",
+            "--output",
+            "out",
+            "--warmup-epochs",
+            "0",
+        ],  # fmt: skip
+        _fixed(8 * 10 * IMAGES_PER_CLASS["train"] // 16),  # drop_last: 10 batches an epoch
         setup=_image_folders,
         needs=("torchvision",),
     ),
