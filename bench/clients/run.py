@@ -14,8 +14,8 @@ run_clm.py is not in the snapshot the search tool can bring (the repository is o
 size): put examples/pytorch/language-modeling/run_clm.py at REPOS/transformers/.
 Lightning's examples/pytorch/basics/transformer.py goes at
 REPOS/lightning/examples/pytorch/basics/ (it needs `pip install lightning`), taken from
-the release of the lightning installed (`git show 2.6.5:examples/...` for 2.6.x: the
-example on master calls its demo model as lightning 2.6 does not take it). Data they
+the release of the lightning installed (`git show 2.6.5:examples/...` for 2.6.x: another
+version of it calls the demo model with one argument, which 2.6.x does not take). Data they
 would download is made here from text that ships with the repositories
 (ng-video-lecture's input.txt, the examples' wikitext-2 valid and test files), or made
 up in the shapes and file formats the scripts read (Cora's graph, MNIST, a folder of
