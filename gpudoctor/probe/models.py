@@ -148,22 +148,23 @@ class ModelHooks:
         the model (stepped), its average (not stepped) and its loss, and validates the
         model alone; that call is of a model the job trains. A model's own layers are
         several parts, and keep no patch (each call of theirs would cost the patch)."""
-        stepped = self.agent.stepped_parameters()
-        if not stepped:
-            return []
         parts = []
-        for root in roots:
-            if id(root) not in self.trained:
-                continue
-            held = root.__dict__.get("_modules")
-            if type(held) is not dict:
-                continue
-            found = [
-                m for m in held.values()
-                if m is not None and any(id(p) in stepped for p in m.parameters())
-            ]  # fmt: skip
-            if len(found) == 1:
-                parts.append(found[0])
+        try:  # (from the flush thread, a model changed meanwhile: none found, this time)
+            stepped = self.agent.stepped_parameters()
+            for root in roots if stepped else []:
+                if id(root) not in self.trained:
+                    continue
+                held = root.__dict__.get("_modules")
+                if type(held) is not dict:
+                    continue
+                found = [
+                    m for m in list(held.values())
+                    if m is not None and any(id(p) in stepped for p in m.parameters())
+                ]  # fmt: skip
+                if len(found) == 1:
+                    parts.append(found[0])
+        except Exception as exc:
+            self.agent.error("models-trained-parts", exc)
         return parts
 
     def adopt_running(self) -> None:
