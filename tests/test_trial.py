@@ -450,6 +450,37 @@ def test_plan_names_the_flag_the_probe_or_says_it_cannot() -> None:
         plan(["prefetch"], argv, {"dataloaders": [{"num_workers": 0}]}, 8)
 
 
+def test_a_hugging_face_scripts_own_options_apply_the_dataloader_and_batch_remedies() -> None:
+    """Hugging Face's example scripts take TrainingArguments' options, each under both
+    spellings (as the probe recorded them from run_clm.py): the advice names them, and a
+    trial sets them where the command gives them; it said "Edit the DataLoader", which
+    Trainer's users cannot."""
+    from gpudoctor.prescribe.how import how
+
+    def option(name: str, value: Any) -> dict[str, Any]:
+        dashed = name.replace("_", "-")
+        return {"strings": [name, dashed], "value": value, "takes_value": True}
+
+    facts = {
+        "dataloaders": [{"num_workers": 0, "batch_size": 8}],
+        "script_options": {
+            "--dataloader-num-workers": option("--dataloader_num_workers", 0),
+            "--per-device-train-batch-size": option("--per_device_train_batch_size", 8),
+        },
+    }
+    argv = ["python", "run_clm.py", "--per_device_train_batch_size", "8",
+            "--dataloader_num_workers", "0"]  # fmt: skip
+    assert how("more-workers", facts, 2) == (
+        "Your script has --dataloader_num_workers (now 0): run it with --dataloader_num_workers 2."
+    )
+    t = plan(["more-workers", "larger-batch"], argv, facts, cores_allowed=2)
+    assert list(t.argv) == [
+        "python", "run_clm.py", "--per_device_train_batch_size", "16",
+        "--dataloader_num_workers", "2",
+    ]  # fmt: skip
+    assert [c.via for c in t.applied] == ["flag", "flag"] and not t.overrides
+
+
 # -- the batch-size finder -------------------------------------------------------------------
 
 

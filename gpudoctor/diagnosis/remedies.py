@@ -52,7 +52,15 @@ CATALOGUE: dict[str, Remedy] = {
                 "多个 worker 进程会并行准备后续批次；数量约等于每个进程可用的 CPU 核数。",
             ),
             "DataLoader(dataset, batch_size=64, num_workers=4)",
-            flags=("--num-workers", "--num_workers", "--workers", "-j", "--dataloader-workers"),
+            # Hugging Face TrainingArguments' last (HfArgumentParser knows both spellings)
+            flags=(
+                "--num-workers",
+                "--num_workers",
+                "--workers",
+                "-j",
+                "--dataloader-workers",
+                "--dataloader_num_workers",
+            ),
             probe_override="dataloader.num_workers",
         ),
         _r(
@@ -78,7 +86,7 @@ CATALOGUE: dict[str, Remedy] = {
                 "每个 worker 预先加载 prefetch_factor 个批次；单批加载时间波动大时可调高。",
             ),
             "DataLoader(dataset, num_workers=4, prefetch_factor=4)",
-            flags=("--prefetch-factor", "--prefetch_factor"),
+            flags=("--prefetch-factor", "--prefetch_factor", "--dataloader_prefetch_factor"),
             probe_override="dataloader.prefetch_factor",
         ),
         _r(
@@ -178,7 +186,7 @@ CATALOGUE: dict[str, Remedy] = {
                 "遇到第一次显存不足就停止（同时相应调整学习率）。",
             ),
             "DataLoader(dataset, batch_size=256)",
-            flags=("--batch-size", "--batch_size", "--bs", "-b"),
+            flags=("--batch-size", "--batch_size", "--bs", "-b", "--per_device_train_batch_size"),
         ),
         _r(
             "smaller-batch",
@@ -190,7 +198,7 @@ CATALOGUE: dict[str, Remedy] = {
                 "任务显存不足：把批大小减半（可配合梯度累积保持等效批大小）。",
             ),
             "DataLoader(dataset, batch_size=32)",
-            flags=("--batch-size", "--batch_size", "--bs", "-b"),
+            flags=("--batch-size", "--batch_size", "--bs", "-b", "--per_device_train_batch_size"),
         ),
         _r(
             "amp",
