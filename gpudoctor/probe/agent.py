@@ -94,6 +94,9 @@ class Agent:
         self.detail_parts: list[tuple[Callable[[], None], Callable[[], None]]] = []
         # the models group's look for new root modules (cheap when nothing is new)
         self.discover: Callable[[], None] = lambda: None
+        # the ids of the parameters of the optimizers seen stepping (the optimizer group's;
+        # empty while none has stepped, or without that group)
+        self.stepped_parameters: Callable[[], set[int]] = set
         # after each backward of a job that has not stepped an optimizer (housekeeping.py)
         self.after_backward: Callable[[], None] = lambda: None
         # what the overrides asked of each root module as the model hooks find it
@@ -169,18 +172,6 @@ class Agent:
         ends, self.counted_ends = self.counted_ends, []
         self.clock.counted(ends)
         self.measure_next_step(True)
-
-    def stepped_parameters(self) -> set[int]:
-        """The ids of the parameters the job's optimizers step (of those seen stepping);
-        empty while none has stepped, or without the optimizer hooks."""
-        for group in self.groups:
-            get = getattr(group, "stepped_parameters", None)
-            if get is not None:
-                try:
-                    return set(get())
-                except Exception as exc:
-                    self.error("stepped-parameters", exc)
-        return set()
 
     def note_steps(self) -> None:
         """Mirror the clock's count in the counter page (on steps measured in detail)."""

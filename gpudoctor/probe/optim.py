@@ -44,6 +44,7 @@ class OptimizerHooks:
         self.others: dict[int, int] = {}
         self.refs: dict[int, Any] = {}
         self.names: list[str] = []
+        agent.stepped_parameters = self.stepped_parameters
         self.clock = agent.clock
         self.clock.sampling = True  # the per-step hooks can be taken out (see clock.py)
         self.owner = opt.Optimizer
