@@ -557,14 +557,9 @@ def test_lightning_accumulation_with_validation_every_20_batches(tmp_path: Path)
     assert s["split"]["other"] < 0.6, s
 
 
-# Short steps (~0.3 ms: most are only counted, one in a hundred or more measured in
-# detail) and an evaluation every 250 of them over a loader slow to read, a final test
-# over a larger one, then a save: the shape of most scripts that train a small model.
-# The script times its own parts into a file of its own (its output stays the same).
-EVALUATE_BETWEEN_SHORT_STEPS = """
-    import json, sys, time, torch
-    from torch.utils.data import DataLoader, Dataset, TensorDataset
-
+# A validation set slow to read (as one on disk is): n samples of 32 features, each 0.5 ms.
+# Spliced into the scripts below that evaluate between steps.
+SLOW_VALIDATION = """
     class SlowValidation(Dataset):
         def __init__(self, n):
             self.n = n
@@ -575,7 +570,20 @@ EVALUATE_BETWEEN_SHORT_STEPS = """
         def __getitem__(self, i):
             time.sleep(0.0005)
             return torch.full((32,), float(i % 7)), i % 2
+"""
 
+
+# Short steps (~0.3 ms: most are only counted, one in a hundred or more measured in
+# detail) and an evaluation every 250 of them over a loader slow to read, a final test
+# over a larger one, then a save: the shape of most scripts that train a small model.
+# The script times its own parts into a file of its own (its output stays the same).
+EVALUATE_BETWEEN_SHORT_STEPS = (
+    """
+    import json, sys, time, torch
+    from torch.utils.data import DataLoader, Dataset, TensorDataset
+"""
+    + SLOW_VALIDATION
+    + """
     torch.manual_seed(0)
     torch.set_num_threads(1)
     x = torch.randn(2048, 32)
@@ -617,6 +625,7 @@ EVALUATE_BETWEEN_SHORT_STEPS = """
     own["save"] = time.perf_counter() - t0
     json.dump(own, open(sys.argv[2], "w"))
 """
+)
 
 
 def test_evaluations_between_counted_steps_are_timed_whole_and_are_not_training(
@@ -690,20 +699,15 @@ def test_steps_the_grad_scaler_skipped_are_steps(tmp_path: Path) -> None:
 
 # Trainer's evaluation of a DDP job calls the model unwrapped (`model.module`), a model
 # the loop never calls itself with gradients on; one rank here (gloo, world size 1).
-DDP_EVALUATED_UNWRAPPED = """
+DDP_EVALUATED_UNWRAPPED = (
+    """
     import json, sys, tempfile, time, torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
     from torch.utils.data import DataLoader, Dataset, TensorDataset
-
-    class SlowValidation(Dataset):
-        def __len__(self):
-            return 160
-
-        def __getitem__(self, i):
-            time.sleep(0.0005)
-            return torch.full((32,), float(i % 7)), i % 2
-
+"""
+    + SLOW_VALIDATION
+    + """
     torch.manual_seed(0)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method="file://" + tempfile.mktemp(), rank=0,
@@ -718,7 +722,7 @@ DDP_EVALUATED_UNWRAPPED = """
         inner.eval()
         with torch.no_grad():
             right = sum((inner(v).argmax(1) == t).sum().item()
-                        for v, t in DataLoader(SlowValidation(), batch_size=16))
+                        for v, t in DataLoader(SlowValidation(160), batch_size=16))
         inner.train()
         return right
 
@@ -738,6 +742,7 @@ DDP_EVALUATED_UNWRAPPED = """
     json.dump({"evaluation": own}, open(sys.argv[1], "w"))
     dist.destroy_process_group()
 """
+)
 
 
 def test_a_ddp_model_evaluated_unwrapped_is_evaluation(tmp_path: Path) -> None:
@@ -861,18 +866,13 @@ def test_processes_that_only_infer_keep_their_steps_unless_another_trains() -> N
 # and its loss (`task(input, target)`), and validates the model alone, then the average
 # (`task.get_eval_model()`, in eval mode under `torch.inference_mode()`), every epoch,
 # over a loader of its own.
-TASK_TRAINED_MODEL_VALIDATED = """
+TASK_TRAINED_MODEL_VALIDATED = (
+    """
     import json, sys, time, torch
     from torch.utils.data import DataLoader, Dataset, TensorDataset
-
-    class SlowValidation(Dataset):
-        def __len__(self):
-            return 240
-
-        def __getitem__(self, i):
-            time.sleep(0.0005)
-            return torch.full((32,), float(i % 7)), i % 2
-
+"""
+    + SLOW_VALIDATION
+    + """
     class Task(torch.nn.Module):
         def __init__(self, model):
             super().__init__()
@@ -906,11 +906,12 @@ TASK_TRAINED_MODEL_VALIDATED = """
             eval_model.eval()
             with torch.inference_mode():
                 right = sum((eval_model(v).argmax(1) == t).sum().item()
-                            for v, t in DataLoader(SlowValidation(), batch_size=16))
+                            for v, t in DataLoader(SlowValidation(240), batch_size=16))
         own["evaluation"] += time.perf_counter() - t0
         print("epoch", epoch, "steps", steps, "right", right)
     json.dump(own, open(sys.argv[1], "w"))
 """
+)
 
 
 def test_a_model_validated_alone_after_training_inside_a_task_module_is_evaluation(
