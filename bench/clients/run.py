@@ -35,6 +35,7 @@ normalised: `12.3ms`, `time 1.2 s` and the like differ between any two runs).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import pickle
@@ -671,8 +672,10 @@ def run_one(
     }
 
 
+@functools.cache
 def _has(module: str) -> bool:
-    """Whether the Python that runs the jobs imports the module."""
+    """Whether the Python that runs the jobs imports the module (asked once: each of
+    the clients that need torchvision asked it again, a torchvision import each)."""
     return subprocess.run([PY, "-c", f"import {module}"], capture_output=True).returncode == 0
 
 
