@@ -170,6 +170,12 @@ COUNTER_NAMES = (
     "batch_index",
     "i",
 )
+# An epoch's number, read beside a loop counter in its frame or a frame that calls it: a
+# counter that restarts each epoch (`enumerate(loader)`'s index) counts on across
+# epochs with it; without it, readings further apart than an epoch see a counter that
+# rose by any amount (issue 39: timm's 10-batch epochs read 1.2 steps/s against 10).
+EPOCH_NAMES = ("epoch", "epoch_idx", "epoch_num", "current_epoch")
+EPOCH_KEY = "@epoch"  # "function:name@epoch": the epoch read with that counter
 
 
 @dataclass(frozen=True)
@@ -181,9 +187,9 @@ class StackChunk:
     torch.utils.data), "input" (other input waits: queue gets, file and image reads),
     "forward", "backward", "optimizer", "other". `counters` are the training loop's
     integer locals (`step`, `i`, ...) read at `counters_t_mono_ns` as the chunk began,
-    by "function:name", and `last_counters` read at `last_counters_t_mono_ns` shortly
-    before it ended (none in a store from before they were read); two readings give a
-    step rate."""
+    by "function:name" (and the epoch read with each, if any, by "function:name@epoch"),
+    and `last_counters` read at `last_counters_t_mono_ns` shortly before it ended (none
+    in a store from before they were read); two readings give a step rate."""
 
     t_start_mono_ns: int
     t_end_mono_ns: int

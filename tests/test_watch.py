@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,10 +33,17 @@ from nvml_replay import ReplayNvml
 
 from gpudoctor.app.follow import Follower
 from gpudoctor.diagnosis.window import Window, stack_loop_counter, stack_steps_per_s
-from gpudoctor.jobs.watched import WatchedJob, find_target, foreign_gpu_pids
+from gpudoctor.jobs.watched import (
+    WatchedJob,
+    find_target,
+    foreign_gpu_pids,
+    loader_sizes,
+    outside_facts,
+)
 from gpudoctor.model import StackChunk
+from gpudoctor.sources.host import HostReader
 from gpudoctor.sources.nvml import NvmlReader
-from gpudoctor.sources.stacks import StackSampler, classify, find_py_spy
+from gpudoctor.sources.stacks import StackSampler, classify, find_py_spy, parse_counters
 from gpudoctor.store import Store
 from gpudoctor.tui.app import make_live_app
 from gpudoctor.tui.widgets import FindingsPanel, HostPanel, JobPanel
@@ -121,6 +129,48 @@ def test_watching_a_dataloader_bound_job_finds_input_bound_and_leaves_it_running
     # history says why no steps were counted
     row = doctor("history").stdout.splitlines()[1]
     assert " watch " in row and "input-bound (high)" in row, row
+
+
+TWO_LOADERS = """
+import sys, time
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+train = DataLoader(data, batch_size=8, num_workers=2, persistent_workers=True)
+val = DataLoader(data, batch_size=8, num_workers=2, persistent_workers=True)
+model = torch.nn.Linear(4, 1)
+for epoch in range(1000):
+    for x, y in train:
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        time.sleep(0.1)  # an epoch of 0.8 s: the loaders' workers start that far apart
+    with torch.no_grad():
+        for x, y in val:
+            model(x)
+    if epoch == 1:
+        print("validated", flush=True)
+"""
+
+
+def test_two_loaders_with_their_own_workers_are_two_loaders_not_one_of_four(
+    tmp_path: Path, job: list[subprocess.Popen[bytes]]
+) -> None:
+    """timm's train and validation loaders, 2 persistent workers each: four workers
+    running the job's program, seen from outside as one loader of 4 (a remedy then
+    offered more than 4); the workers started together are one loader's."""
+    (tmp_path / "two_loaders.py").write_text(TWO_LOADERS)
+    proc = subprocess.Popen(
+        [PY, str(tmp_path / "two_loaders.py")], stdout=subprocess.PIPE, env=env_without_probe()
+    )
+    job.append(proc)
+    assert proc.stdout is not None and proc.stdout.readline() == b"validated\n"
+    facts = outside_facts(proc.pid, HostReader(proc.pid).read(), [])
+    assert facts["dataloaders"] == [
+        {"num_workers": 2, "seen_from": "processes"},
+        {"num_workers": 2, "seen_from": "processes"},
+    ]
+    assert loader_sizes([10.0, 10.01, None, 30.0, 30.02, 30.03]) == [2, 3]
+    assert loader_sizes([]) == []
 
 
 def test_watching_a_healthy_job_finds_nothing_medium_or_high(
@@ -358,6 +408,92 @@ def test_step_rate_from_loop_counters_skips_an_epoch_restart() -> None:
     assert w.estimated and w.data_wait_fraction == pytest.approx(0.5)
     assert w.step_median_ms == pytest.approx(10.0)
     assert stack_steps_per_s(chunks[:1]) is None
+
+
+def test_a_counter_that_restarts_each_short_epoch_counts_on_with_the_epoch_beside_it() -> None:
+    """timm's train_one_epoch(epoch, ...) over a 10-batch loader at 10 steps/s: readings
+    8.5 s and 1.5 s apart each land anywhere in an epoch, and what batch_idx rose by
+    said 1.2 steps/s. With the epoch read beside it, it counts on across epochs."""
+    period = 10
+    times = [0.0, 8.5, 10.0, 18.5, 20.0, 28.5, 30.0, 38.5]
+    # ~10 steps/s, each reading landing anywhere in an epoch: batch_idx read as
+    # 3, 1, 1, 9, 8, 7, 5, 5 (an epoch is taken to be as long as the largest read, + 1)
+    jitter = [3, 6, 1, 4, 8, 2, 5, 0]
+    steps = [int(t * 10) + j for t, j in zip(times, jitter, strict=True)]
+    true_rate = (steps[-1] - steps[0]) / (times[-1] - times[0])
+
+    def reading(t: float, n: int, with_epoch: bool) -> tuple[float, dict[str, int]]:
+        counters = {"train_one_epoch:batch_idx": n % period}
+        if with_epoch:
+            counters["train_one_epoch:batch_idx@epoch"] = n // period
+        return t, counters
+
+    def chunks(with_epoch: bool) -> list[StackChunk]:
+        r = [reading(t, n, with_epoch) for t, n in zip(times, steps, strict=True)]
+        return [
+            StackChunk(
+                int(a[0] * 1e9),
+                int((b[0] + 1) * 1e9),
+                {"loader": 10},
+                a[1],
+                int(a[0] * 1e9),
+                b[1],
+                int(b[0] * 1e9),
+            )  # fmt: skip
+            for a, b in zip(r[::2], r[1::2], strict=True)
+        ]
+
+    assert stack_steps_per_s(chunks(True)) == pytest.approx(true_rate, rel=0.02)
+    # without the epoch: the counter fell in half its intervals, and gives no rate
+    assert stack_steps_per_s(chunks(False)) is None
+    assert stack_loop_counter(chunks(True)) == (int(38.5e9), steps[-1] % period)
+
+
+def test_the_epoch_of_a_loop_counter_is_its_frames_or_its_callers(tmp_path: Path) -> None:
+    """Read from a real process by the real py-spy: a counter's epoch comes from its own
+    frame, else the nearest calling frame of the job's code that has one."""
+    script = textwrap.dedent(
+        """
+        import sys, time
+
+        def one_epoch(loader, epoch):
+            for batch_idx, _ in enumerate(loader):
+                inner(batch_idx)
+
+        def inner(j):
+            for step in range(7, 8):
+                print("ready", flush=True)
+                time.sleep(60)
+
+        def main():
+            for current_epoch in range(4, 5):
+                one_epoch(range(3, 6), epoch=current_epoch + 2)
+
+        main()
+        """
+    )
+    (tmp_path / "loops.py").write_text(script)
+    proc = subprocess.Popen(
+        [PY, str(tmp_path / "loops.py")], stdout=subprocess.PIPE, env=env_without_probe()
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+        py_spy = find_py_spy()
+        assert py_spy
+        dump = subprocess.run(
+            [py_spy, "dump", "--pid", str(proc.pid), "--json", "--locals"],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+    finally:
+        proc.kill()
+        proc.wait()
+    counters = parse_counters(json.loads(dump.stdout), proc.pid)
+    assert counters == {
+        "inner:step": 7,
+        "inner:step@epoch": 6,  # one_epoch's, the nearest caller with one
+        "one_epoch:batch_idx": 0,
+        "one_epoch:batch_idx@epoch": 6,
+    }
 
 
 def test_the_loop_counter_served_is_the_one_the_rate_comes_from_and_holds_when_stuck() -> None:

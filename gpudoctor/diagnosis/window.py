@@ -18,6 +18,7 @@ from gpudoctor.diagnosis.rollup import StepRollup
 from gpudoctor.i18n import _, ngettext
 from gpudoctor.model import (
     COUNTER_NAMES,
+    EPOCH_KEY,
     STEP_FIELD,
     CpuPeak,
     GpuSample,
@@ -104,8 +105,12 @@ def percentile_ms(ordered_ns: list[int], q: float) -> float:
 def stack_steps_per_s(chunks: tuple[StackChunk, ...] | list[StackChunk]) -> float | None:
     """A step rate from the loop counters read in the chunks, in time order (each chunk's
     first and last readings): the counter that rose the most often (best-named first when
-    tied), over the intervals where it rose (a counter that fell restarted with an
-    epoch: that interval is left out)."""
+    tied), over the intervals where it rose. A counter that restarts with each epoch
+    counts on across epochs with the epoch read beside it (an epoch is as long as the
+    largest value the counter was read at, plus one); without one, an interval where the
+    counter fell is left out, and a counter that fell in at least two intervals and as
+    often as in half as many as it rose gives no rate: its epochs are shorter than the
+    time between readings, and what it rose by says nothing of how many steps were run."""
     rises = _rises(_readings(chunks))
     if not rises:
         return None
@@ -124,9 +129,10 @@ def stack_loop_counter(chunks: tuple[StackChunk, ...] | list[StackChunk]) -> tup
     rises = _rises(readings)
     best = _best(rises) if rises else None
     if best is None or best not in latest:
-        if not latest:
+        named = [key for key in latest if EPOCH_KEY not in key]
+        if not named:
             return None
-        best = min(latest, key=_name_rank)
+        best = min(named, key=_name_rank)
     return t, latest[best]
 
 
@@ -146,16 +152,35 @@ def _readings(
 
 
 def _rises(readings: list[tuple[int, dict[str, int]]]) -> dict[str, tuple[int, int, int]]:
-    """Each counter's rises between readings: (intervals, steps, ns)."""
+    """Each counter's rises between readings: (intervals, steps, ns); the counters whose
+    epochs are shorter than the readings' spacing left out (stack_steps_per_s)."""
     rises: dict[str, tuple[int, int, int]] = {}
+    falls: dict[str, int] = {}
+    period: dict[str, int] = {}  # an epoch's length: the largest value read, plus one
+    for _t, counters in readings:
+        for key, value in counters.items():
+            period[key] = max(period.get(key, 0), value + 1)
     for (t_a, a), (t_b, b) in zip(readings, readings[1:], strict=False):
         dt = t_b - t_a
         for key, value in b.items():
             before = a.get(key)
-            if before is not None and value > before and dt > 0:
-                n, steps, ns = rises.get(key, (0, 0, 0))
-                rises[key] = (n + 1, steps + value - before, ns + dt)
-    return rises
+            if before is None or dt <= 0 or EPOCH_KEY in key:
+                continue
+            epoch_a, epoch_b = a.get(key + EPOCH_KEY), b.get(key + EPOCH_KEY)
+            epochs = epoch_b - epoch_a if epoch_a is not None and epoch_b is not None else 0
+            if epochs < 0:
+                continue  # the loops ran again from their start (a second training run)
+            steps = epochs * period[key] + value - before
+            if steps > 0:
+                n, total, ns = rises.get(key, (0, 0, 0))
+                rises[key] = (n + 1, total + steps, ns + dt)
+            elif steps < 0:
+                falls[key] = falls.get(key, 0) + 1
+    return {
+        key: rise
+        for key, rise in rises.items()
+        if not (falls.get(key, 0) >= 2 and 2 * falls[key] >= rise[0])
+    }
 
 
 def _best(rises: dict[str, tuple[int, int, int]]) -> str:

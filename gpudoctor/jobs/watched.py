@@ -512,7 +512,8 @@ def _refusal(pid: int, said: str) -> str:
 
 def outside_facts(pid: int, host: HostSample | None, gpus: list[GpuSample]) -> dict[str, Any]:
     """What can be told about the job without its code: its worker processes (the
-    children running the same program as it: DataLoader workers) and its device."""
+    children running the same program as it: DataLoader workers), as one loader per
+    batch of workers started together (loader_sizes), and its device."""
     facts: dict[str, Any] = {}
     if host is not None:
         main = next((p for p in host.job if p.pid == pid), None)
@@ -522,10 +523,42 @@ def outside_facts(pid: int, host: HostSample | None, gpus: list[GpuSample]) -> d
                 for p in host.job
                 if p.ppid == pid and (p.name == main.name or p.name.startswith(WORKER_NAME))
             ]
-            facts["dataloaders"] = [{"num_workers": len(workers), "seen_from": "processes"}]
+            sizes = loader_sizes([_started(p.pid) for p in workers])
+            facts["dataloaders"] = [
+                {"num_workers": n, "seen_from": "processes"} for n in sizes or [0]
+            ]
     on_gpu = any(p.pid == pid for g in gpus for p in g.processes)
     facts["device"] = "cuda" if on_gpu else "cpu"
     return facts
+
+
+# A DataLoader starts its workers one after another as it is first iterated, a fork
+# each (ms apart; tens of ms for a process of tens of GB, whose page tables a fork
+# copies); two loaders' workers (timm's train and validation loaders, each with
+# persistent workers) start at least a training epoch apart. Workers started further
+# apart than this are taken to be two loaders': the 2 workers of each read as
+# num_workers=4 (issue 39). Epochs shorter than this read as one loader.
+LOADER_GAP_S = 0.25
+
+
+def loader_sizes(started: list[float | None]) -> list[int]:
+    """The DataLoaders' worker counts, oldest loader first, from when their workers
+    started (psutil's create_time; None: a worker that has just ended, left out)."""
+    sizes: list[int] = []
+    last = None
+    for t in sorted(t for t in started if t is not None):
+        if last is None or t - last > LOADER_GAP_S:
+            sizes.append(0)
+        sizes[-1] += 1
+        last = t
+    return sizes
+
+
+def _started(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
 
 
 def _alive(pid: int) -> bool:

@@ -28,7 +28,7 @@ from typing import Any
 
 from gpudoctor import run_folders
 from gpudoctor.i18n import _
-from gpudoctor.model import COUNTER_NAMES, HotspotChunk, StackChunk
+from gpudoctor.model import COUNTER_NAMES, EPOCH_KEY, EPOCH_NAMES, HotspotChunk, StackChunk
 
 RATE_HZ = 20  # DESIGN.md section 7: non-blocking, at 20 Hz or less
 # With the lines of the user's code named (sources/hotspots.py), a second run samples
@@ -143,7 +143,8 @@ def parse_raw(text: str, main_tid: int) -> dict[str, int]:
 def parse_counters(dump: Any, main_tid: int) -> dict[str, int]:
     """The training loop's integer counters in a `py-spy dump --json --locals` of the
     process: locals named like loop counters, in frames of the job's own code (not
-    the standard library or site-packages), keyed "function:name"."""
+    the standard library or site-packages), keyed "function:name"; with each, the epoch
+    its frame or the nearest calling frame holds (EPOCH_NAMES), keyed "function:name@epoch"."""
     out: dict[str, int] = {}
     if not isinstance(dump, list):
         return out
@@ -154,15 +155,29 @@ def parse_counters(dump: Any, main_tid: int) -> dict[str, int]:
             "MainThread"
         ):
             continue
+        # innermost frame first: a counter's epoch is its own frame's, else the nearest
+        # caller's that has one
+        waiting: list[str] = []  # counters of inner frames with no epoch yet
         for frame in thread.get("frames") or []:
             filename = str(frame.get("filename", ""))
             if _library(filename):
                 continue
+            epoch = None
             for local in frame.get("locals") or []:
                 name = local.get("name")
                 text = str(local.get("repr", ""))
-                if name in COUNTER_NAMES and _INT.match(text):
-                    out[f"{frame.get('name')}:{name}"] = int(text)
+                if not _INT.match(text):
+                    continue
+                if name in COUNTER_NAMES:
+                    key = f"{frame.get('name')}:{name}"
+                    out[key] = int(text)
+                    waiting.append(key)
+                elif name in EPOCH_NAMES and epoch is None:
+                    epoch = int(text)
+            if epoch is not None:
+                for key in waiting:
+                    out[key + EPOCH_KEY] = epoch
+                waiting = []
         break
     return out
 
