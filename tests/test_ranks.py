@@ -50,6 +50,8 @@ def ddp(tmp_path: Path, *args: str) -> dict[str, Any]:
         tmp_path, TORCHRUN, "--standalone", "--nproc_per_node", "2", str(script), *args
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # the summary's count is a rank's: each rank takes every step of the job
+    assert f", {report['steps']['count']} steps a rank (2 ranks)\n" in proc.stderr
     return report
 
 

@@ -844,6 +844,10 @@ def test_a_parent_that_tests_what_its_workers_trained_is_not_a_stepping_process(
     assert sorted(probe["steps_by_process"].values()) == [30, 30], probe
     assert len(probe["processes"]) == 3 and proc.stdout.count("worker done") == 2
     assert report["steps"]["count"] == 30
+    # each worker's steps are updates of their own: the summary adds them up
+    assert ", 30 steps in the process with the most, 60 in all 2 processes that train" in (
+        proc.stderr
+    )
 
 
 def test_processes_that_only_infer_keep_their_steps_unless_another_trains() -> None:
