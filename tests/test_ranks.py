@@ -52,6 +52,10 @@ def ddp(tmp_path: Path, *args: str) -> dict[str, Any]:
     assert proc.returncode == 0, proc.stderr[-3000:]
     # the summary's count is a rank's: each rank takes every step of the job
     assert f", {report['steps']['count']} steps a rank (2 ranks)\n" in proc.stderr
+    # and its samples/s are the job's, all ranks' together, as the scripts' own say
+    rates = [r["steps"]["samples_per_s"] for r in report["ranks"]]
+    said = f"{rates[0]:.1f} samples/s a rank, {sum(rates):.1f} for the 2 ranks"
+    assert report["steps"]["samples_per_s"] == rates[0] and said in proc.stderr
     return report
 
 

@@ -27,6 +27,10 @@ beside it, so on this machine: a venv with `pip install torch==2.14.1
 torchvision==0.29.1` (a CUDA build, run on the CPU) and `pip install -e .` of this
 project. The others are skipped, said on stderr.
 
+run_clm.py runs twice: as one process, and on two ranks under torchrun (gloo on the
+CPU), where only its metrics' lines are compared (the ranks' other lines interleave, and
+which rank prepares the cached dataset first, and says so, differs between any two runs).
+
 Each client prints a row: project, script, command, steps theirs/ours, findings, the
 wall ratio (doctored/plain), and whether the output was the same (times in the output
 normalised: `12.3ms`, `time 1.2 s` and the like differ between any two runs).
@@ -90,6 +94,12 @@ class Client:
     counts_on: str = "stdout"
     # modules the Python that runs it must have (torchvision: see the docstring)
     needs: tuple[str, ...] = ()
+    # what runs the script: after the Python, before the script (torchrun's module)
+    launcher: tuple[str, ...] = ()
+    # a regex: only the lines it finds are compared, plain against doctored (ranks
+    # racing: which one prepares a cached dataset and says so, and where each one's
+    # lines land among the other's, differ between any two runs)
+    compared: str = ""
 
 
 # -- data the scripts would download, made from text the repositories ship -------------
@@ -309,6 +319,43 @@ def _fixed(n: int) -> Callable[[str, Path], int]:
     return lambda out, work: n
 
 
+# Hugging Face's causal language model example, a tiny GPT-2 on the CPU
+RUN_CLM = [
+    "--model_type",
+    "gpt2",
+    "--tokenizer_name",
+    "tok",
+    "--config_overrides",
+    "n_layer=1,n_embd=32,n_head=2,n_positions=64,vocab_size=500",
+    "--train_file",
+    "train.txt",
+    "--validation_file",
+    "valid.txt",
+    "--block_size",
+    "32",
+    "--per_device_train_batch_size",
+    "8",
+    "--max_steps",
+    "60",
+    "--do_train",
+    "--logging_steps",
+    "20",
+    "--save_strategy",
+    "no",
+    "--output_dir",
+    "out",
+    "--report_to",
+    "none",
+    "--seed",
+    "0",
+    "--use_cpu",
+    "--dataloader_num_workers",
+    "0",
+    "--include_num_input_tokens_seen",
+    "True",
+    "--hub_token",
+    "hf_notarealtoken0123456789abcd",
+]  # fmt: skip
 NANOGPT_ITERS = 60
 CLIENTS = [
     Client(
@@ -528,45 +575,21 @@ CLIENTS = [
     Client(
         "huggingface/transformers",
         "transformers/run_clm.py",
-        [
-            "--model_type",
-            "gpt2",
-            "--tokenizer_name",
-            "tok",
-            "--config_overrides",
-            "n_layer=1,n_embd=32,n_head=2,n_positions=64,vocab_size=500",
-            "--train_file",
-            "train.txt",
-            "--validation_file",
-            "valid.txt",
-            "--block_size",
-            "32",
-            "--per_device_train_batch_size",
-            "8",
-            "--max_steps",
-            "60",
-            "--do_train",
-            "--logging_steps",
-            "20",
-            "--save_strategy",
-            "no",
-            "--output_dir",
-            "out",
-            "--report_to",
-            "none",
-            "--seed",
-            "0",
-            "--use_cpu",
-            "--dataloader_num_workers",
-            "0",
-            "--include_num_input_tokens_seen",
-            "True",
-            "--hub_token",
-            "hf_notarealtoken0123456789abcd",
-        ],  # fmt: skip
+        RUN_CLM,
         _fixed(60),  # --max_steps; its evaluation needs a metric from the Hub: left out
         setup=_hf_text,
         env={"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
+    ),
+    Client(  # the same, on two ranks: torchrun, gloo on the CPU
+        "huggingface/transformers",
+        "transformers/run_clm.py",
+        RUN_CLM,
+        _fixed(60),  # each rank's (the report's: a rank's steps)
+        setup=_hf_text,
+        env={"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
+        launcher=("-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"),
+        # the Trainer's metrics (rank 0 logs them): losses, gradient norms, tokens seen
+        compared=r"\{'(loss|train_)[^}]*\}|\*\*\*\*\* train metrics.*|  \w+ += .*",
     ),
     Client(
         "Lightning-AI/pytorch-lightning",
@@ -612,7 +635,7 @@ def run_one(
     if "PYTHONPATH" in c.env and os.environ.get("PYTHONPATH"):  # the doctor's own stays
         env["PYTHONPATH"] += os.pathsep + os.environ["PYTHONPATH"]
     env.pop("GPUDOCTOR_SOCKET", None)
-    argv = [PY, str(script), *on_device(c, device)]
+    argv = [PY, *c.launcher, str(script), *on_device(c, device)]
 
     def fresh() -> Path:
         out = work / "run"
@@ -655,12 +678,14 @@ def run_one(
     return {
         "project": c.project,
         "script": c.script.split("/", 1)[1],
-        "command": " ".join([Path(c.script).name, *on_device(c, device)]),
+        "command": " ".join([*_launcher_words(c), Path(c.script).name, *on_device(c, device)]),
         "exit": f"{plain.returncode}/{doc.returncode}",
         "stdout_same": (
-            normalise(plain.stdout) == normalise(doc.stdout) if c.deterministic else "n/a"
+            _kept(c, plain.stdout) == _kept(c, doc.stdout) if c.deterministic else "n/a"
         ),
-        "stderr_same": normalise(plain.stderr).strip() == normalise(job_err).strip(),
+        "stderr_same": _kept(c, plain.stderr).strip() == _kept(c, job_err).strip(),
+        # what was compared, when not all of it (compared: ranks' lines interleave)
+        "compared": "the lines of its metrics" if c.compared else "",
         "steps_theirs": theirs,
         "steps_ours": (data.get("steps") or {}).get("count"),
         "findings": findings,
@@ -670,6 +695,22 @@ def run_one(
         "ledger": data.get("ledger"),
         "work": str(work),
     }
+
+
+def _kept(c: Client, text: str) -> str:
+    """The output as compared: normalised, and only what `compared` finds, if set."""
+    text = normalise(text)
+    if not c.compared:
+        return text
+    return "\n".join(m.group(0) for m in re.finditer(c.compared, text))
+
+
+def _launcher_words(c: Client) -> list[str]:
+    """The launcher as a person types it: `torchrun --nproc_per_node 2`."""
+    words = list(c.launcher)
+    if words[:2] == ["-m", "torch.distributed.run"]:
+        words[:2] = ["torchrun"]
+    return words
 
 
 @functools.cache
@@ -685,6 +726,7 @@ def table(rows: list[dict[str, object]]) -> str:
     lines = []
     for r in rows:
         same = r["stdout_same"] if r["stdout_same"] == "n/a" else (
+            f"yes ({r['compared']})" if r.get("compared") and r["stdout_same"] else
             "yes" if r["stdout_same"] and r["stderr_same"] else
             f"stdout {'yes' if r['stdout_same'] else 'NO'}, stderr {'yes' if r['stderr_same'] else 'NO'}"
         )  # fmt: skip

@@ -90,7 +90,12 @@ def summary(report: Report) -> str:
         line = "  " + _("step {median} median, {p90} p90").format(
             median=ms_text(s.median_ms), p90=ms_text(s.p90_ms or 0.0)
         )
-        if s.samples_per_s:
+        rates = [float(r.steps.get("samples_per_s") or 0.0) for r in report.ranks]
+        if s.samples_per_s and len(rates) > 1:  # the job's rate is all its ranks' together
+            line += _(", {rate:.1f} samples/s a rank, {total:.1f} for the {n} ranks").format(
+                rate=s.samples_per_s, total=sum(rates), n=len(rates)
+            )
+        elif s.samples_per_s:
             line += _(", {rate:.1f} samples/s").format(rate=s.samples_per_s)
         line += _(", data wait {wait:.0%}").format(wait=s.data_wait_fraction)
         lines.append(line)
