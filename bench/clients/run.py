@@ -11,7 +11,9 @@ It needs, beside the project's .venv: `pip install matplotlib datasets evaluate
 tensorboard lightning` (pytorch/examples' time sequence example plots, makemore logs to
 tensorboard, Hugging Face's example loads its text through datasets). Hugging Face's
 run_clm.py is not in the snapshot the search tool can bring (the repository is over its
-size): put examples/pytorch/language-modeling/run_clm.py at REPOS/transformers/.
+size): put examples/pytorch/language-modeling/run_clm.py at REPOS/transformers/, and
+run_clm_no_trainer.py beside it (the newest stored is a fork's, evalstate/transformers
+2143f93a, check_min_version 4.57.0.dev0).
 Lightning's examples/pytorch/basics/transformer.py goes at
 REPOS/lightning/examples/pytorch/basics/ (it needs `pip install lightning`), taken from
 the release of the lightning installed (`git show 2.6.5:examples/...` for 2.6.x: another
@@ -178,7 +180,7 @@ def _hf_text(repos: Path, work: Path) -> None:
     """A local tokenizer (byte-level BPE trained on the text) and the text as files:
     the example would otherwise fetch both from the Hub."""
     from tokenizers import ByteLevelBPETokenizer
-    from transformers import PreTrainedTokenizerFast
+    from transformers import GPT2Config, PreTrainedTokenizerFast
 
     text = (repos / "ng-video-lecture" / "input.txt").read_text().splitlines(True)
     (work / "train.txt").write_text("".join(text[:4000]))
@@ -187,6 +189,10 @@ def _hf_text(repos: Path, work: Path) -> None:
     bpe.train([str(work / "train.txt")], vocab_size=500, special_tokens=["<|endoftext|>"])
     fast = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>")
     fast.save_pretrained(str(work / "tok"))
+    # the model's size for the scripts without --config_overrides (run_clm_no_trainer.py)
+    GPT2Config(n_layer=1, n_embd=32, n_head=2, n_positions=64, vocab_size=500).save_pretrained(
+        str(work / "gpt2-tiny")
+    )
 
 
 def _cora(repos: Path, work: Path) -> None:
@@ -590,6 +596,40 @@ CLIENTS = [
         launcher=("-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"),
         # the Trainer's metrics (rank 0 logs them): losses, gradient norms, tokens seen
         compared=r"\{'(loss|train_)[^}]*\}|\*\*\*\*\* train metrics.*|  \w+ += .*",
+    ),
+    Client(  # its own loop with Accelerate: 4 batches accumulated an optimizer step
+        "huggingface/transformers",
+        "transformers/run_clm_no_trainer.py",
+        [
+            "--config_name",
+            "gpt2-tiny",
+            "--tokenizer_name",
+            "tok",
+            "--train_file",
+            "train.txt",
+            "--validation_file",
+            "valid.txt",
+            "--block_size",
+            "32",
+            "--per_device_train_batch_size",
+            "8",
+            "--gradient_accumulation_steps",
+            "4",
+            "--max_train_steps",
+            "40",
+            "--num_train_epochs",
+            "2",
+            "--seed",
+            "0",
+            "--output_dir",
+            "out",
+            "--checkpointing_steps",
+            "epoch",
+        ],  # fmt: skip
+        _last_number(r"\| *(\d+)/40 \["),  # its progress bar: completed_steps
+        setup=_hf_text,
+        env={"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
+        counts_on="both",
     ),
     Client(
         "Lightning-AI/pytorch-lightning",
