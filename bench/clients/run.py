@@ -541,6 +541,34 @@ CLIENTS = [
         setup=_image_folders,
         needs=("torchvision",),
     ),
+    Client(  # a GAN: the discriminator's optimizer step, then the generator's, each batch
+        "pytorch/examples",
+        "examples/dcgan/main.py",
+        [
+            "--dataset",
+            "fake",
+            "--niter",
+            "1",
+            "--batchSize",
+            "16",
+            "--imageSize",
+            "64",
+            "--ngf",
+            "8",
+            "--ndf",
+            "8",
+            "--nz",
+            "16",
+            "--workers",
+            "2",
+            "--manualSeed",
+            "0",
+            "--outf",
+            "out",
+        ],  # fmt: skip
+        _count_lines(r"^\[\d+/\d+\]\[\d+/\d+\] Loss_D"),  # a line each iteration
+        needs=("torchvision",),
+    ),
     Client(
         "huggingface/pytorch-image-models",
         "timm/train.py",
@@ -639,6 +667,21 @@ CLIENTS = [
         setup=_lightning_text,
         counts_on="both",
     ),
+    Client(  # its own loop with Fabric, on two ranks: Fabric's launcher (torchrun inside)
+        "Lightning-AI/pytorch-lightning",
+        "lightning/examples/fabric/language_model/train.py",
+        [],  # 20 epochs, a validation after each
+        # each rank's: 20 epochs of its half of the 500 samples in batches of 20
+        _fixed(20 * -(-(LIGHTNING_SAMPLES - 4000) // 2 // 20)),
+        setup=_lightning_text,
+        launcher=(
+            "-m",
+            "lightning.fabric.cli",
+            "--accelerator=cpu",
+            "--devices=2",
+            "--strategy=ddp",
+        ),  # fmt: skip
+    ),
 ]
 
 
@@ -646,7 +689,7 @@ CLIENTS = [
 # (scripts not named here pick the GPU by themselves when there is one, or stay on the
 # CPU whatever there is: regression and time_sequence_prediction)
 _ON_GPU = {"--device=cpu": ["--device=cuda"], "--use_cpu": []}
-_ON_GPU_AFTER = {"word_language_model": ["--accel"]}
+_ON_GPU_AFTER = {"word_language_model": ["--accel"], "dcgan": ["--accel"]}
 
 
 def on_device(c: Client, device: str) -> list[str]:
@@ -723,7 +766,8 @@ def run_one(
         "stdout_same": (
             _kept(c, plain.stdout) == _kept(c, doc.stdout) if c.deterministic else "n/a"
         ),
-        "stderr_same": _kept(c, plain.stderr).strip() == _kept(c, job_err).strip(),
+        # several ranks write to one stderr: which one's line comes first is a race
+        "stderr_same": _in_order(c, _kept(c, plain.stderr)) == _in_order(c, _kept(c, job_err)),
         # what was compared, when not all of it (compared: ranks' lines interleave)
         "compared": "the lines of its metrics" if c.compared else "",
         "steps_theirs": theirs,
@@ -745,11 +789,19 @@ def _kept(c: Client, text: str) -> str:
     return "\n".join(m.group(0) for m in re.finditer(c.compared, text))
 
 
+def _in_order(c: Client, text: str) -> list[str]:
+    """The lines, in their order, or sorted for a launcher's ranks (their order a race)."""
+    lines = text.strip().splitlines()
+    return sorted(lines) if c.launcher else lines
+
+
 def _launcher_words(c: Client) -> list[str]:
-    """The launcher as a person types it: `torchrun --nproc_per_node 2`."""
+    """The launcher as a person types it: `torchrun --nproc_per_node 2`, `fabric run`."""
     words = list(c.launcher)
     if words[:2] == ["-m", "torch.distributed.run"]:
         words[:2] = ["torchrun"]
+    if words[:2] == ["-m", "lightning.fabric.cli"]:  # its `fabric run` command
+        words[:2] = ["fabric", "run"]
     return words
 
 
