@@ -585,7 +585,14 @@ def test_r_shows_every_rank_and_the_job_panel_names_the_slowest() -> None:
     async def drive() -> None:
         async with app.run_test(size=(80, 24)) as pilot:
             await wait_for(pilot, lambda: app.snapshot is not None)
-            assert "4 ranks · slowest 2: 21.0 ms own (2.3x)" in text_of(app.query_one(JobPanel))
+            panel = text_of(app.query_one(JobPanel))
+            assert "4 ranks · slowest 2: 21.0 ms own (2.3x)" in panel
+            # the job's rate is its ranks' together, as the summary and scripts say
+            snapshot = app.snapshot
+            assert snapshot is not None and snapshot.samples_per_s
+            total = sum(r.samples_per_s or 0.0 for r in snapshot.ranks)
+            assert total > 3.9 * snapshot.samples_per_s
+            assert f"{total:,.0f} samples/s (4 ranks)" in panel, panel
             await pilot.press("r")
             await wait_for(pilot, lambda: isinstance(app.screen, RanksScreen))
             table = str(app.screen.query_one("#ranks-table", Static).content).splitlines()

@@ -255,7 +255,13 @@ class JobPanel(Panel):
             # the rate leads the plot's line: appended to the line above, it would wrap
             # or not as the numbers move, and each change of height lays the screen out
             rate = ""
-            if s.samples_per_s:
+            if s.samples_per_s and len(s.ranks) > 1:  # the job's: all its ranks' together
+                total = sum(r.samples_per_s or 0.0 for r in s.ranks)
+                rate = _("{rate:,.0f} samples/s ({ranks} ranks)").format(
+                    rate=total, ranks=len(s.ranks)
+                )
+                rate += "  "
+            elif s.samples_per_s:
                 rate = _("{rate:,.0f} samples/s").format(rate=s.samples_per_s) + "  "
             elif s.steps_per_s:
                 rate = _("{rate:.1f} steps/s").format(rate=s.steps_per_s) + "  "
