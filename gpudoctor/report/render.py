@@ -58,16 +58,17 @@ def summary(report: Report) -> str:
     s = report.steps
     counted = _(", {steps} steps").format(steps=s.count) if s.count is not None else ""
     stepping = report.probe.steps_by_process
-    if s.count is not None and len(stepping) > 1:
-        if len(report.ranks) > 1:  # ranks step together: a step is each rank's
-            counted = _(", {steps} steps a rank ({ranks} ranks)").format(
-                steps=s.count, ranks=len(report.ranks)
-            )
-        else:  # processes that train on their own (Hogwild): their steps add up
-            counted = _(
-                ", {steps} steps in the process with the most, {total} in all {n} "
-                "processes that train"
-            ).format(steps=s.count, total=sum(stepping.values()), n=len(stepping))
+    if s.count is not None and len(report.ranks) > 1:
+        # ranks step together, here or on other nodes: a step is each rank's (as the
+        # samples/s below are said a rank's and all ranks')
+        counted = _(", {steps} steps a rank ({ranks} ranks)").format(
+            steps=s.count, ranks=len(report.ranks)
+        )
+    elif s.count is not None and len(stepping) > 1:
+        # processes that train on their own (Hogwild): their steps add up
+        counted = _(
+            ", {steps} steps in the process with the most, {total} in all {n} processes that train"
+        ).format(steps=s.count, total=sum(stepping.values()), n=len(stepping))
     lines = [
         "",
         _("gpudoctor: session {session}: {status}, {seconds:.1f} s{counted}").format(
