@@ -326,6 +326,11 @@ def _fixed(n: int) -> Callable[[str, Path], int]:
 
 
 # Hugging Face's causal language model example, a tiny GPT-2 on the CPU
+# the text both Hugging Face scripts read, as _hf_text makes it (its tokenizer: "tok")
+HF_TEXT = [
+    "--train_file", "train.txt", "--validation_file", "valid.txt", "--block_size", "32",
+    "--per_device_train_batch_size", "8",
+]  # fmt: skip
 RUN_CLM = [
     "--model_type",
     "gpt2",
@@ -333,14 +338,7 @@ RUN_CLM = [
     "tok",
     "--config_overrides",
     "n_layer=1,n_embd=32,n_head=2,n_positions=64,vocab_size=500",
-    "--train_file",
-    "train.txt",
-    "--validation_file",
-    "valid.txt",
-    "--block_size",
-    "32",
-    "--per_device_train_batch_size",
-    "8",
+    *HF_TEXT,
     "--max_steps",
     "60",
     "--do_train",
@@ -633,14 +631,7 @@ CLIENTS = [
             "gpt2-tiny",
             "--tokenizer_name",
             "tok",
-            "--train_file",
-            "train.txt",
-            "--validation_file",
-            "valid.txt",
-            "--block_size",
-            "32",
-            "--per_device_train_batch_size",
-            "8",
+            *HF_TEXT,
             "--gradient_accumulation_steps",
             "4",
             "--max_train_steps",
