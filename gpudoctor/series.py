@@ -61,6 +61,11 @@ class RunSeries:
     step_p90_ms: list[Point] = field(default_factory=list)
     steps_per_s: list[Point] = field(default_factory=list)
     samples_per_s: list[Point] = field(default_factory=list)  # when batch sizes are known
+    # a distributed job's samples a second, all its ranks on this node together (the
+    # lines above are its main rank's), and how many ranks that is; else [] and 0
+    ranks_samples_per_s: list[Point] = field(default_factory=list)
+    ranks: int = 0
+    main_rank: int | None = None  # the rank the other lines are of
     data_wait_pct: list[Point] = field(default_factory=list)
     split_pct: dict[str, list[Point]] = field(default_factory=dict)  # by SPLIT_PARTS
     gpu_util_pct: dict[int, list[Point]] = field(default_factory=dict)  # by GPU index
@@ -91,6 +96,20 @@ class RunSeries:
         return sorted(
             (m for m in out if self.since_s <= m[2] <= self.until_s + 0.5), key=lambda m: m[2]
         )
+
+
+def rate_lines(s: RunSeries) -> list[tuple[str, list[Point]]]:
+    """The rate a chart of the run draws, named: samples a second where batch sizes are
+    known (a distributed job's: all its ranks' together, then its main rank's), else
+    steps a second."""
+    if s.ranks_samples_per_s:
+        return [
+            (_("all {n} ranks").format(n=s.ranks), s.ranks_samples_per_s),
+            (_("rank {rank}").format(rank=s.main_rank), s.samples_per_s),
+        ]
+    if s.samples_per_s:
+        return [(_("samples/s"), s.samples_per_s)]
+    return [(_("steps/s"), s.steps_per_s)]
 
 
 def marker_words(kind: str, ids: str = "") -> str:
@@ -138,6 +157,9 @@ def run_series(
             one = Window(rollup=rollup, facts=facts)
             _add_steps(out, x, one, rollup.quantile_ms(0.5), rollup.quantile_ms(0.9))
             out.steps_per_s.append((x, round(rollup.count / (rollup.wall_ns / 1e9), 2)))
+            if one.samples_per_step is not None:
+                rate = one.samples_per_step * rollup.count / (rollup.wall_ns / 1e9)
+                out.samples_per_s.append((x, round(rate, 1)))
     for i, taken in steps:
         # a fast loop's thousands of steps an interval: every n-th measures it (counted
         # all), so a refresh costs the same whatever the step rate
@@ -151,6 +173,10 @@ def run_series(
         if per_step is not None:
             rate = per_step * len(taken) / (width_ns / 1e9)
             out.samples_per_s.append((x, round(rate, 1)))
+    ranked = ranks_of(timeline)
+    if len(ranked) > 1 and out.samples_per_s:
+        out.ranks, out.main_rank = len(ranked), facts.get("rank")
+        out.ranks_samples_per_s = _ranks_samples(timeline, ranked, start, end, width_ns, middle)
     if timeline.mode == "watch":  # no steps timed: py-spy's chunks, each its estimates
         chunks = list(_inside(timeline.stacks, start, end, lambda c: c.t_end_mono_ns))
         for n, chunk in enumerate(chunks):
@@ -187,7 +213,13 @@ def run_series(
             values = [per[core] for _c, _j, per in taken_h if core < len(per)]
             out.cpu_core_pct.setdefault(core, []).append((x, round(statistics.fmean(values), 1)))
     # a compacted stretch's points came first: all in time order
-    for line in (out.step_p50_ms, out.step_p90_ms, out.steps_per_s, out.data_wait_pct):
+    for line in (
+        out.step_p50_ms,
+        out.step_p90_ms,
+        out.steps_per_s,
+        out.samples_per_s,
+        out.data_wait_pct,
+    ):
         line.sort()
     for line in out.split_pct.values():
         line.sort()
@@ -199,6 +231,42 @@ def run_series(
     out.ooms_s = [round((t - t0) / 1e9, 1) for t in oom_times(timeline) if t <= end]
     out.first_seen_s = dict(seen) if seen is not None else first_seen(timeline, until_ns=end)
     return out
+
+
+def ranks_of(timeline: Timeline) -> list[int]:
+    """The processes of a distributed job that train with a rank (the launcher's RANK),
+    as the report counts them: none that only infers beside them (a Hogwild parent has
+    no rank, and its workers train alone, not as ranks)."""
+    inferring = timeline.inferring()
+    return [
+        pid
+        for pid in timeline.counted_steps()
+        if pid not in inferring and timeline.facts.get(pid, {}).get("rank") is not None
+    ]
+
+
+def _ranks_samples(
+    timeline: Timeline, pids: list[int], start: int, end: int, width_ns: int, middle: Any
+) -> list[Point]:
+    """Samples a second of all `pids` together, at each interval where any of them
+    stepped (a compacted stretch: each slot's rollups, by the slot's time)."""
+    t0 = timeline.start_mono_ns
+    totals: dict[float, float] = {}
+    for pid in pids:
+        facts = timeline.facts.get(pid, {})
+        for t_ns, _rows, rollup in timeline.slots.get(pid, ()):
+            one = Window(rollup=rollup, facts=facts)
+            if rollup.count and start <= t_ns <= end and one.samples_per_step is not None:
+                x = round((t_ns - t0) / 1e9, 1)
+                rate = one.samples_per_step * rollup.count / (rollup.wall_ns / 1e9)
+                totals[x] = totals.get(x, 0.0) + rate
+        for i, taken in _by_interval(timeline.steps.get(pid, deque()), start, end, width_ns):
+            sample = taken[:: max(1, len(taken) // STEPS_AN_INTERVAL)]
+            per_step = Window(steps=tuple(sample), facts=facts).samples_per_step
+            if per_step is not None:
+                x = middle(i)
+                totals[x] = totals.get(x, 0.0) + per_step * len(taken) / (width_ns / 1e9)
+    return [(x, round(v, 1)) for x, v in sorted(totals.items())]
 
 
 def _add_steps(out: RunSeries, x: float, one: Window, p50: float, p90: float) -> None:

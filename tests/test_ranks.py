@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PY, SAMPLES, finding_ids, run_job, top_finding
+from conftest import PY, SAMPLES, doctor, finding_ids, run_job, top_finding
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -73,6 +73,12 @@ def test_the_rank_the_others_wait_for_is_named_with_its_cause(tmp_path: Path) ->
     evidence = top_finding(report)["evidence"]
     assert evidence.startswith(f"rank 1 (pid {slow['pid']})") and "more in host code" in evidence
     assert "rank 0 waits" in evidence
+    # the HTML report's rate chart: the job's samples a second, both ranks' together,
+    # beside rank 0's own
+    page = doctor("report", "last", "--format", "html")
+    assert page.returncode == 0, page.stderr[-2000:]
+    chart = page.stdout.split("Samples a second", 1)[1].split("</svg>", 1)[0]
+    assert "all 2 ranks" in chart and "rank 0" in chart
 
 
 def test_a_balanced_job_with_real_compute_has_no_medium_or_high_finding(tmp_path: Path) -> None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from collections import deque
 
+from gpudoctor.diagnosis.rollup import StepRollup
 from gpudoctor.diagnosis.window import WARMUP_STEPS
 from gpudoctor.model import StepRecord
-from gpudoctor.series import STEPS_AN_INTERVAL, run_series
+from gpudoctor.series import STEPS_AN_INTERVAL, rate_lines, run_series
 from gpudoctor.timeline import Timeline
 
 T0 = 10**12
@@ -66,3 +67,46 @@ def test_a_fast_loop_is_counted_whole_though_a_sample_is_measured() -> None:
     assert [rate for _, rate in series.steps_per_s][1:] == [4000] * 5
     assert STEPS_AN_INTERVAL < 4000  # more steps than are measured an interval
     assert all(v == 0.25 for _, v in series.step_p50_ms)
+
+
+def ranked(per_s: tuple[int, ...], seconds: int) -> Timeline:
+    """A distributed job: one process a rank, rank r making per_s[r] steps a second of
+    batches of 8 (timeline_of's), each with the launcher's RANK."""
+    tl = Timeline(["train.py"], 0.0, T0)
+    for rank, rate in enumerate(per_s):
+        one = timeline_of(per_s=rate, seconds=seconds, wall_ms=1000 / rate)
+        pid = 100 + rank
+        tl.steps[pid] = deque(s._replace(pid=pid) for s in one.steps[1])
+        tl.step_counts[pid] = len(tl.steps[pid])
+        tl.facts[pid] = {"rank": rank, "local_rank": rank, "step_mode": "optimizer"}
+    tl.end_mono_ns = T0 + seconds * S
+    return tl
+
+
+def test_a_distributed_jobs_samples_are_all_its_ranks_together_beside_its_main_ranks() -> None:
+    series = run_series(ranked((100, 100, 50), seconds=10), points=10, seen={})
+    assert series.ranks == 3 and series.main_rank == 0
+    assert dict(series.samples_per_s)[5.5] == 800  # rank 0's own
+    assert dict(series.ranks_samples_per_s)[5.5] == 800 + 800 + 400
+    names = [name for name, _ in rate_lines(series)]
+    assert names == ["all 3 ranks", "rank 0"]
+    # one process, or processes without ranks (Hogwild's workers): its own rate alone
+    alone = run_series(timeline_of(per_s=100, seconds=10, wall_ms=10), points=10, seen={})
+    assert alone.ranks == 0 and not alone.ranks_samples_per_s
+    assert [name for name, _ in rate_lines(alone)] == ["samples/s"]
+    hogwild = ranked((100, 100), seconds=10)
+    for facts in hogwild.facts.values():
+        facts.pop("rank")
+    assert not run_series(hogwild, points=10, seen={}).ranks_samples_per_s
+
+
+def test_a_compacted_stretch_has_its_samples_a_second() -> None:
+    old = timeline_of(per_s=100, seconds=10, wall_ms=10)
+    tl = Timeline(["train.py"], 0.0, T0)
+    rollup = StepRollup()
+    rollup.add_many(list(old.steps[1]))
+    tl.ingest_rollup(1, len(old.steps[1]), rollup, T0 + 10 * S)
+    tl.end_mono_ns = T0 + 10 * S
+    series = run_series(tl, points=10, seen={})
+    assert series.steps_per_s == [(10.0, 100.0)]
+    assert series.samples_per_s == [(10.0, 800.0)]

@@ -33,7 +33,7 @@ from gpudoctor.report.render import (
     verdict_words,
 )
 from gpudoctor.report.values import Report
-from gpudoctor.series import Point, RunSeries, by_time, marker_words, split_labels
+from gpudoctor.series import Point, RunSeries, by_time, marker_words, rate_lines, split_labels
 
 SCRIPT = re.compile(r"<script\b.*?</script>", re.S)
 # Latin first, then the CJK fonts of each platform (Linux: Noto/Source Han, WenQuanYi;
@@ -122,10 +122,8 @@ def charts(s: RunSeries, duration_s: float) -> list[str]:
 
     if s.step_p50_ms:
         add(_("Step time"), "ms", {"p50": s.step_p50_ms, "p90": s.step_p90_ms})
-        if s.samples_per_s:
-            add(_("Samples a second"), _("samples/s"), {_("samples/s"): s.samples_per_s})
-        else:
-            add(_("Steps a second"), _("steps/s"), {_("steps/s"): s.steps_per_s})
+        title = _("Samples a second") if s.samples_per_s else _("Steps a second")
+        add(title, _("samples/s") if s.samples_per_s else _("steps/s"), dict(rate_lines(s)))
         add(_("Waiting for data"), _("% of step time"), {_("data wait"): s.data_wait_pct})
         parts = {name: s.split_pct[k] for k, name in split_labels().items() if k in s.split_pct}
         out.append(
@@ -409,7 +407,12 @@ def compare_page(outcome: str, runs: list[tuple[int, RunSeries]]) -> str:
 
     overlay(_("Step time, median"), "ms", lambda s: s.step_p50_ms)
     if both_samples:
-        overlay(_("Samples a second"), _("samples/s"), lambda s: s.samples_per_s)
+        # a distributed job's: all its ranks' together
+        overlay(
+            _("Samples a second"),
+            _("samples/s"),
+            lambda s: s.ranks_samples_per_s or s.samples_per_s,
+        )
     else:
         overlay(_("Steps a second"), _("steps/s"), lambda s: s.steps_per_s)
     overlay(_("Waiting for data"), _("% of step time"), lambda s: s.data_wait_pct)

@@ -21,7 +21,15 @@ from textual.widgets import Footer, Header, Static
 from textual_plotext import PlotextPlot
 
 from gpudoctor.i18n import _
-from gpudoctor.series import SPLIT_PARTS, Point, RunSeries, by_time, marker_words, split_labels
+from gpudoctor.series import (
+    SPLIT_PARTS,
+    Point,
+    RunSeries,
+    by_time,
+    marker_words,
+    rate_lines,
+    split_labels,
+)
 from gpudoctor.units import cell_width
 
 # the stretches a person can choose: (key, seconds, words); inf: the whole run
@@ -173,8 +181,8 @@ class RunPlot(PlotextPlot):
         if k == "step":
             return [("p50", s.step_p50_ms, "cyan", False), ("p90", s.step_p90_ms, "magenta", False)]
         if k == "rate":
-            rate = s.samples_per_s or s.steps_per_s
-            return [(_("samples/s") if s.samples_per_s else _("steps/s"), rate, "green", False)]
+            colors = ("green", "cyan")
+            return [(name, p, colors[n], False) for n, (name, p) in enumerate(rate_lines(s))]
         if k == "wait":
             return [(_("data wait %"), s.data_wait_pct, "red", True)]
         if k == "split":
