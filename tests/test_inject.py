@@ -367,13 +367,13 @@ def test_a_job_paused_inside_an_import_gets_the_probe_once_the_import_is_over(
     job_script.write_text(
         textwrap.dedent(
             """
-            import time, torch
+            import os, time, torch
             import slow_module
             torch.manual_seed(0)
             model = torch.nn.Linear(8, 2)
             opt = torch.optim.SGD(model.parameters(), lr=0.1)
-            end = time.monotonic() + 8
-            while time.monotonic() < end:
+            end = time.monotonic() + 60  # or once the doctor has come and gone
+            while time.monotonic() < end and not os.path.exists("left"):
                 loss = model(torch.randn(4, 8)).square().mean()
                 opt.zero_grad(); loss.backward(); opt.step()
                 time.sleep(0.02)
@@ -383,6 +383,7 @@ def test_a_job_paused_inside_an_import_gets_the_probe_once_the_import_is_over(
     )
     job, out = start_until(job_script, tmp_path, "importing")
     r: Any = attach_for(job.pid, "4", tmp_path / "r.json")
+    (tmp_path / "left").touch()
     _, err = job.communicate(timeout=60)
     assert job.returncode == 0 and err == "", err
     assert out.read_text().splitlines() == [
@@ -401,7 +402,7 @@ def test_a_job_paused_inside_a_garbage_collection_gets_the_probe_outside_it(
     job_script.write_text(
         textwrap.dedent(
             """
-            import gc, sys, time, torch
+            import gc, os, sys, time, torch
 
             class Cycle:
                 def __init__(self):
@@ -416,8 +417,9 @@ def test_a_job_paused_inside_a_garbage_collection_gets_the_probe_outside_it(
             model = torch.nn.Linear(8, 2)
             opt = torch.optim.SGD(model.parameters(), lr=0.1)
             print("collecting", flush=True)
-            end = time.monotonic() + 30  # the doctor's tries outside a collection
-            while time.monotonic() < end:
+            # the doctor's tries outside a collection, until it has come and gone
+            end = time.monotonic() + 60
+            while time.monotonic() < end and not os.path.exists("left"):
                 Cycle()
                 gc.collect()
                 loss = model(torch.randn(4, 8)).square().mean()
@@ -429,7 +431,8 @@ def test_a_job_paused_inside_a_garbage_collection_gets_the_probe_outside_it(
     )
     job, out = start_until(job_script, tmp_path, "collecting")
     r: Any = attach_for(job.pid, "3", tmp_path / "r.json")
-    _, err = job.communicate(timeout=60)
+    (tmp_path / "left").touch()
+    _, err = job.communicate(timeout=90)
     assert job.returncode == 0 and err == "", err
     assert out.read_text().splitlines() == ["collecting", "done"]
     assert r["mode"] == "inject" and r["steps"]["count"] > 0
