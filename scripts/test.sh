@@ -51,7 +51,13 @@ fi
 # cpu controller), with test paths or workers given, or when other processes already
 # keep half a core busy: they would take the idle CPU these tests live on, and their
 # jobs would outlast their timeouts.
-BESIDE=(tests/test_compat.py tests/test_devices.py tests/test_import_hygiene.py)
+# 2026-12-05: test_inject, test_cli and test_store joined them; each waits more than it
+# computes (one core busy 0.4-0.7 of its time when run alone: bench/RESULTS.md, the
+# test suite's time) and checks what a job or the doctor says or keeps, never a speed.
+BESIDE=(
+    tests/test_compat.py tests/test_devices.py tests/test_import_hygiene.py
+    tests/test_inject.py tests/test_cli.py tests/test_store.py
+)
 busy_jiffies() {  # the machine's busy and total CPU time so far (/proc/stat, jiffies)
     read -r _ user nice system idle iowait irq softirq steal _ </proc/stat
     echo $((user + nice + system + irq + softirq + steal)) \
