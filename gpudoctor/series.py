@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import operator
 import statistics
 from collections import deque
 from collections.abc import Iterator, Reversible
@@ -33,6 +34,7 @@ POINTS = 120  # intervals across the run: a chart's width has room for about thi
 # steps measured an interval, at most: the p90 of 256 evenly spaced steps is within a few
 # percent of all of theirs, less than a plot's row (a twelfth of its height)
 STEPS_AN_INTERVAL = 256
+DETAIL = operator.attrgetter("detail")
 LOOKS = 24  # moments at which the rules are run to say when a finding was first seen
 # window.split()'s parts, in the order a step goes
 SPLIT_PARTS = ("data_wait", "forward", "backward", "optimizer", "other")
@@ -261,8 +263,11 @@ def _ranks_samples(
                 rate = one.samples_per_step * rollup.count / (rollup.wall_ns / 1e9)
                 totals[x] = totals.get(x, 0.0) + rate
         for i, taken in _by_interval(timeline.steps.get(pid, deque()), start, end, width_ns):
-            sample = taken[:: max(1, len(taken) // STEPS_AN_INTERVAL)]
-            per_step = Window(steps=tuple(sample), facts=facts).samples_per_step
+            # the samples a step come from the detailed steps alone (window.py): those
+            # measured, the rest of the interval only counted (8 ranks' plots: 8 times
+            # the intervals, each a few rows to read)
+            detailed = tuple(itertools.compress(taken, map(DETAIL, taken)))
+            per_step = Window(steps=detailed or tuple(taken[-1:]), facts=facts).samples_per_step
             if per_step is not None:
                 x = middle(i)
                 totals[x] = totals.get(x, 0.0) + per_step * len(taken) / (width_ns / 1e9)
