@@ -68,6 +68,7 @@ class RunSeries:
     ranks_samples_per_s: list[Point] = field(default_factory=list)
     ranks: int = 0
     main_rank: int | None = None  # the rank the other lines are of
+    other_nodes: bool = False  # the job has ranks on other nodes too (not in these lines)
     data_wait_pct: list[Point] = field(default_factory=list)
     split_pct: dict[str, list[Point]] = field(default_factory=dict)  # by SPLIT_PARTS
     gpu_util_pct: dict[int, list[Point]] = field(default_factory=dict)  # by GPU index
@@ -105,8 +106,9 @@ def rate_lines(s: RunSeries) -> list[tuple[str, list[Point]]]:
     known (a distributed job's: all its ranks' together, then its main rank's), else
     steps a second."""
     if s.ranks_samples_per_s:
+        together = _("{n} ranks on this node") if s.other_nodes else _("all {n} ranks")
         return [
-            (_("all {n} ranks").format(n=s.ranks), s.ranks_samples_per_s),
+            (together.format(n=s.ranks), s.ranks_samples_per_s),
             (_("rank {rank}").format(rank=s.main_rank), s.samples_per_s),
         ]
     if s.samples_per_s:
@@ -178,6 +180,7 @@ def run_series(
     ranked = ranks_of(timeline)
     if len(ranked) > 1 and out.samples_per_s:
         out.ranks, out.main_rank = len(ranked), facts.get("rank")
+        out.other_nodes = bool(timeline.remote_ranks)
         out.ranks_samples_per_s = _ranks_samples(timeline, ranked, start, end, width_ns, middle)
     if timeline.mode == "watch":  # no steps timed: py-spy's chunks, each its estimates
         chunks = list(_inside(timeline.stacks, start, end, lambda c: c.t_end_mono_ns))

@@ -90,6 +90,11 @@ def test_a_distributed_jobs_samples_are_all_its_ranks_together_beside_its_main_r
     assert dict(series.ranks_samples_per_s)[5.5] == 800 + 800 + 400
     names = [name for name, _ in rate_lines(series)]
     assert names == ["all 3 ranks", "rank 0"]
+    # a multi-node job: this node's ranks, said so (the other nodes' are not in the line)
+    multi = ranked((100, 100), seconds=10)
+    multi.remote_ranks["node-b"] = ()
+    names = [name for name, _ in rate_lines(run_series(multi, points=10, seen={}))]
+    assert names == ["2 ranks on this node", "rank 0"]
     # one process, or processes without ranks (Hogwild's workers): its own rate alone
     alone = run_series(timeline_of(per_s=100, seconds=10, wall_ms=10), points=10, seen={})
     assert alone.ranks == 0 and not alone.ranks_samples_per_s
