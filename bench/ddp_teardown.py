@@ -48,12 +48,11 @@ JOB = textwrap.dedent("""
 """)
 
 
-def once(doctored: bool, folder: Path) -> tuple[int, bool, float]:
-    script = folder / "ddp_job.py"
+def once(doctored: bool, folder: Path, script: Path, stacks: bool) -> tuple[int, bool, float]:
     launch = [PY, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
               str(script)]  # fmt: skip
     argv = [PY, "-m", "gpudoctor", "--store", str(folder / "store.db"), "run", "--headless",
-            "--no-stacks", "--", *launch] if doctored else launch  # fmt: skip
+            *([] if stacks else ["--no-stacks"]), "--", *launch] if doctored else launch  # fmt: skip
     t0 = time.monotonic()
     proc = subprocess.run(argv, cwd=folder, capture_output=True, text=True, timeout=300)
     aborted = "terminate called" in proc.stderr or "Aborted" in proc.stderr
@@ -63,14 +62,25 @@ def once(doctored: bool, folder: Path) -> tuple[int, bool, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=50)
+    parser.add_argument(
+        "--script", type=Path, default=None,
+        help="another 2-rank job to end (tests/compat/ddp_torchrun.py: a barrier before "
+        "destroy_process_group, as the tutorials' fix has it)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--stacks",
+        action="store_true",
+        help="the doctor samples the ranks' stacks too, as tests/test_compat.py runs it",
+    )
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="ddp-teardown-"))
     (folder / "ddp_job.py").write_text(JOB)
+    script = args.script.resolve() if args.script else folder / "ddp_job.py"
     bad = {False: 0, True: 0}
     aborts = {False: 0, True: 0}
     for i in range(args.runs):
         for doctored in (i % 2 == 1, i % 2 == 0):  # alternated, each first in turn
-            code, aborted, seconds = once(doctored, folder)
+            code, aborted, seconds = once(doctored, folder, script, args.stacks)
             bad[doctored] += code != 0
             aborts[doctored] += aborted
             print(f"run {i + 1} {'doctor' if doctored else 'plain '} exit {code} "

@@ -109,12 +109,32 @@ TENSOR_HOOK_SCRIPTS = [
 ]  # fmt: skip
 
 
+# torch's own race at the end of a gloo job: a rank aborts as the process group goes,
+# after all its work, plain or doctored alike (bench/ddp_teardown.py on ddp_torchrun.py,
+# barrier and all: 2 of 25 plain runs, none doctored; RESULTS.md). Seen in a run, the
+# comparison is made once more; a probe that caused it would cause it again.
+TEARDOWN_ABORT = "terminate called without an active exception"
+
+
+class TeardownAbort(Exception):
+    pass
+
+
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)
 def test_the_job_is_the_same_under_the_doctor(script: Path, tmp_path: Path) -> None:
     """One plain run, compared with the doctored run, for the scripts in
     TENSOR_HOOK_SCRIPTS with a doctored run through the tensor hooks as well, and with a
     plain run that a doctor injects the probe into and leaves, each at a moment of its
     own (all at once: each job's results depend on nothing but itself)."""
+    try:
+        same_under_the_doctor(script, tmp_path / "first")
+    except TeardownAbort as exc:
+        print(f"{script.stem}: torch's teardown abort in the {exc} run: compared once more")
+        same_under_the_doctor(script, tmp_path / "again")
+
+
+def same_under_the_doctor(script: Path, tmp_path: Path) -> None:
+    tmp_path.mkdir()
     variants: dict[str, dict[str, str]] = {"doctor": {}}
     if script in TENSOR_HOOK_SCRIPTS:
         variants["doctor-tensor-hooks"] = {"GPUDOCTOR_PROBE_TENSOR_HOOKS": "cpu"}
@@ -176,6 +196,15 @@ def test_the_job_is_the_same_under_the_doctor(script: Path, tmp_path: Path) -> N
                 one.wait()
         for file in said.values():
             file.close()
+    runs = [
+        ("plain", plain_dir),
+        *((n, tmp_path / n) for n in doctored),
+        ("injected", injected_dir),
+    ]
+    for name, folder in runs:
+        job_err = folder / "stderr"
+        if job_err.exists() and TEARDOWN_ABORT in job_err.read_text(errors="replace"):
+            raise TeardownAbort(name)
     printed = (plain_dir / "stdout").read_text()
     err = normalized((plain_dir / "stderr").read_text())
     assert exit_code(plain.returncode) == spec.exit, err[-3000:]
