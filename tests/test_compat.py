@@ -22,6 +22,7 @@ import shlex
 import subprocess
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -129,7 +130,10 @@ def test_the_job_is_the_same_under_the_doctor(script: Path, tmp_path: Path) -> N
     try:
         same_under_the_doctor(script, tmp_path / "first")
     except TeardownAbort as exc:
-        print(f"{script.stem}: torch's teardown abort in the {exc} run: compared once more")
+        warnings.warn(  # in the run's summary: how often it happens stays seen
+            f"{script.stem}: torch's teardown abort in the {exc} run: compared once more",
+            stacklevel=1,
+        )
         same_under_the_doctor(script, tmp_path / "again")
 
 
