@@ -52,7 +52,7 @@ fi
 # keep half a core busy: they would take the idle CPU these tests live on, and their
 # jobs would outlast their timeouts.
 # 2026-12-05: test_inject, test_cli and test_store joined them; each waits more than it
-# computes (one core busy 0.4-0.7 of its time when run alone: bench/RESULTS.md, the
+# computes (0.4-0.75 of a core busy when run alone: bench/RESULTS.md, the
 # test suite's time) and checks what a job or the doctor says or keeps, never a speed.
 BESIDE=(
     tests/test_compat.py tests/test_devices.py tests/test_import_hygiene.py
