@@ -20,7 +20,7 @@ import itertools
 import operator
 import statistics
 from collections import deque
-from collections.abc import Iterator, Reversible
+from collections.abc import Callable, Iterator, Reversible
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -161,9 +161,9 @@ def run_series(
             one = Window(rollup=rollup, facts=facts)
             _add_steps(out, x, one, rollup.quantile_ms(0.5), rollup.quantile_ms(0.9))
             out.steps_per_s.append((x, round(rollup.count / (rollup.wall_ns / 1e9), 2)))
-            if one.samples_per_step is not None:
-                rate = one.samples_per_step * rollup.count / (rollup.wall_ns / 1e9)
-                out.samples_per_s.append((x, round(rate, 1)))
+            slot_rate = _slot_samples_per_s(one)
+            if slot_rate is not None:
+                out.samples_per_s.append((x, round(slot_rate, 1)))
     for i, taken in steps:
         # a fast loop's thousands of steps an interval: every n-th measures it (counted
         # all), so a refresh costs the same whatever the step rate
@@ -251,7 +251,12 @@ def ranks_of(timeline: Timeline) -> list[int]:
 
 
 def _ranks_samples(
-    timeline: Timeline, pids: list[int], start: int, end: int, width_ns: int, middle: Any
+    timeline: Timeline,
+    pids: list[int],
+    start: int,
+    end: int,
+    width_ns: int,
+    middle: Callable[[int], float],
 ) -> list[Point]:
     """Samples a second of all `pids` together, at each interval where any of them
     stepped (a compacted stretch: each slot's rollups, by the slot's time)."""
@@ -260,10 +265,9 @@ def _ranks_samples(
     for pid in pids:
         facts = timeline.facts.get(pid, {})
         for t_ns, _rows, rollup in timeline.slots.get(pid, ()):
-            one = Window(rollup=rollup, facts=facts)
-            if rollup.count and start <= t_ns <= end and one.samples_per_step is not None:
+            rate = _slot_samples_per_s(Window(rollup=rollup, facts=facts))
+            if rollup.count and start <= t_ns <= end and rate is not None:
                 x = round((t_ns - t0) / 1e9, 1)
-                rate = one.samples_per_step * rollup.count / (rollup.wall_ns / 1e9)
                 totals[x] = totals.get(x, 0.0) + rate
         for i, taken in _by_interval(timeline.steps.get(pid, deque()), start, end, width_ns):
             # the samples a step come from the detailed steps alone (window.py): those
@@ -275,6 +279,16 @@ def _ranks_samples(
                 x = middle(i)
                 totals[x] = totals.get(x, 0.0) + per_step * len(taken) / (width_ns / 1e9)
     return [(x, round(v, 1)) for x, v in sorted(totals.items())]
+
+
+def _slot_samples_per_s(one: Window) -> float | None:
+    """A compacted slot's samples a second (its rollup's steps a second of step time,
+    as its steps/s point is taken, times the samples a step); None where unknown."""
+    r = one.rollup
+    per_step = one.samples_per_step
+    if r is None or per_step is None or not r.wall_ns:
+        return None
+    return per_step * r.count / (r.wall_ns / 1e9)
 
 
 def _add_steps(out: RunSeries, x: float, one: Window, p50: float, p90: float) -> None:

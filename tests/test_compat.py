@@ -112,7 +112,7 @@ TENSOR_HOOK_SCRIPTS = [
 
 # torch's own race at the end of a gloo job: a rank aborts as the process group goes,
 # after all its work, plain or doctored alike (bench/ddp_teardown.py on ddp_torchrun.py,
-# barrier and all: 2 of 25 plain runs, none doctored; RESULTS.md). Seen in a run, the
+# barrier and all: 2 of 30 plain runs, none doctored; RESULTS.md). Seen in a run, the
 # comparison is made once more; a probe that caused it would cause it again.
 TEARDOWN_ABORT = "terminate called without an active exception"
 
