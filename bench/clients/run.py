@@ -13,7 +13,11 @@ tensorboard, Hugging Face's example loads its text through datasets). Hugging Fa
 run_clm.py is not in the snapshot the search tool can bring (the repository is over its
 size): put examples/pytorch/language-modeling/run_clm.py at REPOS/transformers/, and
 run_clm_no_trainer.py beside it (the newest stored is a fork's, evalstate/transformers
-2143f93a, check_min_version 4.57.0.dev0).
+2143f93a, check_min_version 4.57.0.dev0). run_clm.py and run_classification.py as of
+upstream's 3a275d3581 ("[style] Rework ruff rules", January 2026), from any fork that
+holds that commit (macorisd/transformers-qwen3 does; its newest run_clm.py is its own).
+Their evaluations load the accuracy metric: a clone of huggingface/evaluate at
+REPOS/evaluate, and scikit-learn beside transformers.
 Lightning's examples/pytorch/basics/transformer.py goes at
 REPOS/lightning/examples/pytorch/basics/ (it needs `pip install lightning`), taken from
 the release of the lightning installed (`git show 2.6.5:examples/...` for 2.6.x: another
@@ -76,6 +80,9 @@ _BAR = re.compile(r"\s*\d+%\|[^|\n]*\|\s*\d+/\d+\s*\[[^\]\n]*\]")
 
 
 def normalise(text: str) -> str:
+    # a nested bar (the Trainer's evaluation under its training bar) moves the cursor up
+    # once per frame it draws: how many, depends on its speed too
+    text = text.replace("\x1b[A", "")
     text = re.sub(r"<t>[,.]\d+", "<t>", _TIMES.sub("<t>", _BAR.sub("", text)))
     lines = [line for line in text.splitlines() if line.strip()]
     # a bar's frames gone, its title is left once per frame: once is enough
@@ -193,6 +200,48 @@ def _hf_text(repos: Path, work: Path) -> None:
     GPT2Config(n_layer=1, n_embd=32, n_head=2, n_positions=64, vocab_size=500).save_pretrained(
         str(work / "gpt2-tiny")
     )
+
+
+def _hf_text_metric(repos: Path, work: Path) -> None:
+    """The text as _hf_text makes it, and the accuracy metric its evaluation loads
+    (`evaluate.load("accuracy")` reads ./accuracy/accuracy.py before the Hub): taken
+    from a clone of huggingface/evaluate at REPOS/evaluate."""
+    _hf_text(repos, work)
+    (work / "accuracy").mkdir()
+    shutil.copy(repos / "evaluate" / "metrics" / "accuracy" / "accuracy.py", work / "accuracy")
+
+
+def _hf_classes(repos: Path, work: Path) -> None:
+    """A sentence-classification task run_classification.py fine-tunes on: the lecture's
+    lines as CSV, labelled by whether the line asks something; a tiny BERT with random
+    weights and a word-piece tokenizer trained on the text, saved where
+    `--model_name_or_path` reads them (the example would fetch a pretrained one from
+    the Hub); the accuracy metric as _hf_text_metric brings it."""
+    import csv
+
+    from tokenizers import BertWordPieceTokenizer
+    from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+
+    lines = [t.strip() for t in (repos / "ng-video-lecture" / "input.txt").read_text().splitlines()]
+    lines = [t for t in lines if t]
+    for name, part in (("train", lines[:2000]), ("valid", lines[2000:2400])):
+        with open(work / f"{name}.csv", "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["sentence", "label"])
+            w.writerows((t, int("?" in t)) for t in part)
+    (work / "text.txt").write_text("\n".join(lines[:2400]))
+    wp = BertWordPieceTokenizer(lowercase=True)
+    wp.train([str(work / "text.txt")], vocab_size=500)
+    (work / "tiny-bert").mkdir()
+    wp.save_model(str(work / "tiny-bert"))
+    BertTokenizerFast(str(work / "tiny-bert" / "vocab.txt")).save_pretrained(
+        str(work / "tiny-bert")
+    )
+    config = BertConfig(vocab_size=500, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=64, num_labels=2)  # fmt: skip
+    BertForSequenceClassification(config).save_pretrained(str(work / "tiny-bert"))
+    (work / "accuracy").mkdir()
+    shutil.copy(repos / "evaluate" / "metrics" / "accuracy" / "accuracy.py", work / "accuracy")
 
 
 def _cora(repos: Path, work: Path) -> None:
@@ -622,6 +671,62 @@ CLIENTS = [
         launcher=("-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"),
         # the Trainer's metrics (rank 0 logs them): losses, gradient norms, tokens seen
         compared=r"\{'(loss|train_)[^}]*\}|\*\*\*\*\* train metrics.*|  \w+ += .*",
+    ),
+    Client(  # the Trainer with 4 batches accumulated a step and an evaluation every 10
+        "huggingface/transformers",
+        "transformers/run_clm.py",
+        [
+            *["40" if w == "60" else w for w in RUN_CLM],  # --max_steps 40
+            "--gradient_accumulation_steps",
+            "4",
+            "--do_eval",
+            "--eval_strategy",
+            "steps",
+            "--eval_steps",
+            "10",
+            "--per_device_eval_batch_size",
+            "8",
+        ],
+        _fixed(40),  # --max_steps counts the optimizer's steps, not the batches (160)
+        setup=_hf_text_metric,
+        env={"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
+    ),
+    Client(  # the Trainer fine-tuning a classifier, an evaluation after each epoch
+        "huggingface/transformers",
+        "transformers/run_classification.py",
+        [
+            "--model_name_or_path",
+            "tiny-bert",
+            "--train_file",
+            "train.csv",
+            "--validation_file",
+            "valid.csv",
+            "--do_train",
+            "--do_eval",
+            "--max_seq_length",
+            "32",
+            "--per_device_train_batch_size",
+            "16",
+            "--num_train_epochs",
+            "2",
+            "--eval_strategy",
+            "epoch",
+            "--save_strategy",
+            "no",
+            "--logging_steps",
+            "25",
+            "--output_dir",
+            "out",
+            "--report_to",
+            "none",
+            "--seed",
+            "0",
+            "--use_cpu",
+        ],  # fmt: skip
+        _last_number(r"Total optimization steps = (\d+)"),  # 2 epochs of 125 batches
+        counts_on="both",
+        setup=_hf_classes,
+        env={"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
     ),
     Client(  # its own loop with Accelerate: 4 batches accumulated an optimizer step
         "huggingface/transformers",
