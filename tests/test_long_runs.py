@@ -93,7 +93,11 @@ def test_a_short_run_keeps_every_row_and_reads_as_before() -> None:
     assert not timeline.rolled_up(BASE_PID)
     assert timeline.window().rollup is None  # the rows themselves give the measures
     walls = [r.wall_ns / 1e6 for r in timeline.steps[BASE_PID] if r.number >= WARMUP_STEPS]
-    assert build(timeline, 1).steps.median_ms == round(statistics.median(walls), 3)
+    measures = build(timeline, 1).steps
+    assert measures.median_ms == round(statistics.median(walls), 3)
+    # 100 detailed rows of batch 32: the batch size a step takes, 32, not the average
+    # of the middle two (an even count gave 32.0, and "batch_size": 32.0 in the JSON)
+    assert measures.batch_size == 32 and type(measures.batch_size) is int
 
 
 def test_the_median_and_p90_from_the_rows_ints_are_the_floats_bit_for_bit() -> None:

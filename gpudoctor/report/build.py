@@ -333,7 +333,8 @@ def _steps(w: Window) -> StepMeasures:
         p90_ms=round(p90, 3) if p90 is not None else None,
         steps_per_s=round(w.steps_per_s, 2) if w.steps_per_s else None,
         samples_per_s=round(samples_per_s, 2) if samples_per_s else None,
-        batch_size=statistics.median(batches) if batches else None,
+        # a size the job's steps took (a median of an even count averaged the middle two)
+        batch_size=statistics.median_low(batches) if batches else None,
         data_wait_fraction=round(w.data_wait_fraction, 4) if steady else None,
         split=split,
         syncs_per_step=round(w.syncs_per_step, 2),
