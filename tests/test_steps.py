@@ -443,6 +443,36 @@ def test_forwards_before_the_first_backward_are_evaluation_not_steps() -> None:
     assert out[0]["forwards"] == 1
 
 
+def test_a_rollouts_forwards_with_gradients_before_the_first_backward_are_its_step() -> None:
+    """A policy called once an action with gradients on, one backward an episode
+    (pytorch/examples' REINFORCE): the first episode's forwards are the first step's,
+    not an evaluation before it; forwards with gradients off before them still are."""
+    clock = StepClock()
+    t = 0
+    for _ in range(30):  # an evaluation first: 30 calls with gradients off
+        clock.forward_start(t, MODEL)
+        clock.forward_end(t, t + 2)
+        t += 3
+    start = t
+    for episode in range(4):
+        for _ in range(18 + episode):  # an action: the policy's call, the environment's step
+            clock.forward_start(t, MODEL)
+            clock.grad_row = clock.pre_train is not None  # as the model hook sets it
+            clock.forward_end(t, t + 2)
+            t += 5
+        clock.backward_done(t, t + 4)
+        clock.optimizer_start()
+        clock.optimizer_done(ADAM, t + 4, t + 5)
+        t += 5
+    out = steps(clock)
+    assert [s["index"] for s in out] == [0, 1, 2, 3]
+    assert [s["forwards"] for s in out] == [18, 19, 20, 21]
+    assert clock.eval_forwards == 30 and clock.eval_ns == 2 + 29 * 3
+    # from the evaluation's end (its last call's, 1 before the episode) to the update's
+    assert out[0]["t_end_mono_ns"] - out[0]["wall_ns"] == start - 1
+    assert out[0]["wall_ns"] == 1 + 18 * 5 + 5
+
+
 def test_a_job_that_never_trains_steps_per_forward_after_all() -> None:
     clock = StepClock()
     for i in range(12):

@@ -225,6 +225,30 @@ HAND_WRITTEN_DATA_UPDATE = """
 """
 
 
+# pytorch/examples' reinforce.py: the policy called once an action with gradients on,
+# one backward and one optimizer step an episode. The first episode's forwards came
+# before any backward: they were taken for an evaluation before the first step (17 of
+# its 18 forwards, "evaluation_forwards": 17), where they are the first step's own.
+ROLLOUT = """
+    import torch
+    torch.manual_seed(0)
+    policy = torch.nn.Sequential(torch.nn.Linear(4, 64), torch.nn.ReLU(), torch.nn.Linear(64, 2))
+    opt = torch.optim.Adam(policy.parameters(), lr=1e-2)
+    for episode in range(40):
+        state, log_probs = torch.zeros(4), []
+        for t in range(10 + (episode * 7) % 25):  # the environment's steps
+            probs = torch.softmax(policy(state.unsqueeze(0)), dim=1)
+            action = torch.distributions.Categorical(probs).sample()
+            log_probs.append(torch.log(probs[0, action]))
+            state = torch.tanh(state + 0.1 * (action.item() * 2 - 1) + 0.05 * t)
+        loss = -torch.cat(log_probs).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    print("steps", 40)
+"""
+
+
 @pytest.mark.parametrize(
     ("name", "body", "count"),
     [
@@ -232,6 +256,7 @@ HAND_WRITTEN_DATA_UPDATE = """
         pytest.param("lbfgs", LBFGS, 3, id="lbfgs"),
         pytest.param("hand_update", HAND_WRITTEN_UPDATE, 300, id="hand_update"),
         pytest.param("hand_data_update", HAND_WRITTEN_DATA_UPDATE, 400, id="hand_data_update"),
+        pytest.param("rollout", ROLLOUT, 40, id="rollout"),
     ],
 )
 def test_the_count_is_the_scripts_own_and_nothing_else_is_input(
@@ -248,6 +273,9 @@ def test_the_count_is_the_scripts_own_and_nothing_else_is_input(
     assert "never reached the doctor" not in notes
     if name == "eval_first":  # 10 forwards before the first step, and 9 times after
         assert report["facts"]["evaluation_forwards"] >= 10
+    if name == "rollout":  # every forward trains: none is an evaluation's
+        assert report["facts"]["evaluation_forwards"] == 0
+        assert report["ledger"]["evaluation_s"] == 0
 
 
 def test_a_script_that_never_imports_torch_is_said_so(tmp_path: Path) -> None:

@@ -588,6 +588,18 @@ CLIENTS = [
         setup=_image_folders,
         needs=("torchvision",),
     ),
+    Client(  # REINFORCE on CartPole: a forward an action, one backward an episode
+        "pytorch/examples",
+        "examples/reinforcement_learning/reinforce.py",
+        ["--log-interval", "1"],  # runs until solved: 732 episodes with its seed
+        _last_number(r"Episode (\d+)\t"),
+    ),
+    Client(  # actor-critic: the same, with a value head beside the policy
+        "pytorch/examples",
+        "examples/reinforcement_learning/actor_critic.py",
+        ["--log-interval", "1"],
+        _last_number(r"Episode (\d+)\t"),
+    ),
     Client(  # a GAN: the discriminator's optimizer step, then the generator's, each batch
         "pytorch/examples",
         "examples/dcgan/main.py",

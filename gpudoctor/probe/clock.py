@@ -19,7 +19,10 @@ A step ends at the strongest kind of end event the job has shown so far:
   backward shows up (then the job trains, and they were an evaluation before its first
   step: nanoGPT's loss estimate, Lightning's sanity check; they are no steps, and their
   time is evaluation's) or until PRE_TRAIN_ROWS of them or PRE_TRAIN_HOLD_NS passed
-  without one (inference: they were steps).
+  without one (inference: they were steps). Those that called a model with gradients
+  on were the first step's own, from the first such one on (`grad_row`): a policy's
+  rollout of an episode (pytorch/examples' REINFORCE: a forward an action, one
+  backward an episode), a decoder called once a token, then the backward.
 
 What runs inside an optimizer's step (a closure's forwards and backwards: L-BFGS) never
 ends a step. A root module called with gradients off once the job trains, where that
@@ -118,6 +121,10 @@ class StepClock:
         self.held: list[tuple[int, ...]] | None = []
         # steps that ended at a forward or a batch before any backward (see the docstring)
         self.pre_train: list[tuple[int, ...]] | None = []
+        # for each of them, whether it called a model with gradients on (set by the
+        # model hook while no backward has run: `grad_row`, the row under way's)
+        self.pre_train_grad: list[bool] = []
+        self.grad_row = False
         # evaluation (see the docstring), over the whole run: time and forwards
         self.eval_ns = 0
         self.eval_forwards = 0
@@ -245,6 +252,8 @@ class StepClock:
                 self._release()
         elif pre_train is not None and self.level < END_BACKWARD:
             pre_train.append(row)
+            self.pre_train_grad.append(self.grad_row)
+            self.grad_row = False
             first = pre_train[0]
             if len(pre_train) > PRE_TRAIN_ROWS or t_end - first[1] + first[2] > PRE_TRAIN_HOLD_NS:
                 self._release_pre_train()
@@ -262,19 +271,36 @@ class StepClock:
     def _release_pre_train(self) -> None:
         """The held-back forward or batch steps were steps after all: inference."""
         held, self.pre_train = self.pre_train or [], None
+        self.pre_train_grad = []
         self._out(held)
 
     def _drop_pre_train(self) -> None:
-        """The first backward: the held-back forward or batch steps were an evaluation
-        before the first training step. No steps: their time is evaluation's."""
+        """The first backward: the held-back forward or batch steps were no steps. Up to
+        the first that called a model with gradients on, an evaluation before the first
+        training step (their time is evaluation's); from there, the first step's own
+        forwards (merged into it, as _merge_held merges micro-steps)."""
         held, self.pre_train = self.pre_train or [], None
+        grads, self.pre_train_grad = self.pre_train_grad, []
         if not held:
             return
         self.index -= len(held)
-        wall = sum(r[2] for r in held)
+        first = grads.index(True) if True in grads else len(held)
+        evaluation, mine = held[:first], held[first:]
+        wall = sum(r[2] for r in evaluation)
         self.eval_before_ns += wall
         self.eval_ns += wall
-        self.eval_forwards += sum(r[8] for r in held)
+        self.eval_forwards += sum(r[8] for r in evaluation)
+        if mine:
+            self.last_end = mine[0][1] - mine[0][2]
+            self.loader += sum(r[3] for r in mine)
+            self.outside += sum(r[4] for r in mine)
+            self.forward += sum(r[5] for r in mine)
+            self.backward += sum(r[6] for r in mine)
+            self.forwards += sum(r[8] for r in mine)
+            samples = sum(r[9] for r in mine if r[9] >= 0) + max(0, self.batch)
+            self.batch = samples if samples > 0 else -1
+            self.syncs += sum(r[10] for r in mine)
+            self.pageable += sum(r[11] for r in mine)
 
     def _release(self) -> None:
         """The held-back backward() steps were steps after all."""
