@@ -278,6 +278,39 @@ def test_the_count_is_the_scripts_own_and_nothing_else_is_input(
         assert report["ledger"]["evaluation_s"] == 0
 
 
+def test_batches_in_a_mapping_that_is_not_a_dict_have_their_size(tmp_path: Path) -> None:
+    """Hugging Face's padding collators (DataCollatorWithPadding, the language-modeling
+    ones) hand the loop a BatchEncoding, a UserDict: run_glue_no_trainer.py's steps had
+    no batch size and its report no samples a second."""
+    path = tmp_path / "user_dict.py"
+    path.write_text(
+        textwrap.dedent(
+            """
+            import collections, torch
+            class Encoding(collections.UserDict):  # as transformers' BatchEncoding
+                pass
+            torch.manual_seed(0)
+            data = torch.randn(640, 16)
+            loader = torch.utils.data.DataLoader(
+                data, batch_size=16, collate_fn=lambda rows: Encoding(x=torch.stack(rows)))
+            model = torch.nn.Linear(16, 1)
+            opt = torch.optim.SGD(model.parameters(), lr=0.01)
+            for epoch in range(2):
+                for batch in loader:
+                    loss = model(batch["x"]).pow(2).mean()
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+            print("steps", 80)
+            """
+        )
+    )
+    proc, report = run_job(tmp_path, path)
+    assert proc.returncode == 0 and "steps 80" in proc.stdout, proc.stderr[-2000:]
+    assert report["steps"]["count"] == 80
+    assert report["steps"]["batch_size"] == 16 and report["steps"]["samples_per_s"] > 0
+
+
 def test_a_script_that_never_imports_torch_is_said_so(tmp_path: Path) -> None:
     """Its parsed options reach the doctor, torch never does: not 'imported torch but
     ran no training step'."""

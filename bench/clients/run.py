@@ -76,7 +76,9 @@ _TIMES = re.compile(
 
 # a progress bar's frame (tqdm): how many frames a run draws, and at which counts,
 # depends on its speed
-_BAR = re.compile(r"\s*\d+%\|[^|\n]*\|\s*\d+/\d+\s*\[[^\]\n]*\]")
+# (spaces only around it: a frame's text joined to the line before it made the line a
+# log call wrote right after a frame, and only there, differ from the other run's)
+_BAR = re.compile(r"[ \t]*\d+%\|[^|\n]*\|[ \t]*\d+/\d+[ \t]*\[[^\]\n]*\]")
 
 
 def normalise(text: str) -> str:
@@ -736,6 +738,35 @@ CLIENTS = [
             "--use_cpu",
         ],  # fmt: skip
         _last_number(r"Total optimization steps = (\d+)"),  # 2 epochs of 125 batches
+        counts_on="both",
+        setup=_hf_classes,
+        env={"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
+    ),
+    Client(  # its own loop, Accelerate without accumulate(): `optimizer.step()` at batch 0,
+        # 4, 8, ... of each epoch (`step % 4 == 0`), an evaluation after each epoch
+        "huggingface/transformers",
+        "transformers/run_glue_no_trainer.py",
+        [
+            "--model_name_or_path",
+            "tiny-bert",
+            "--train_file",
+            "train.csv",
+            "--validation_file",
+            "valid.csv",
+            "--max_length",
+            "32",
+            "--per_device_train_batch_size",
+            "16",
+            "--num_train_epochs",
+            "2",
+            "--gradient_accumulation_steps",
+            "4",
+            "--seed",
+            "0",
+            "--output_dir",
+            "out",
+        ],  # fmt: skip
+        _last_number(r"\| *(\d+)/\d+ \["),  # its progress bar: completed_steps
         counts_on="both",
         setup=_hf_classes,
         env={"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},

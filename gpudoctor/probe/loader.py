@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from .agent import Agent
@@ -132,6 +133,12 @@ def batch_size(torch: Any, batch: Any, depth: int = 0) -> int:
             return batch_size(torch, batch[0], depth + 1)
         if isinstance(batch, dict) and batch:
             return batch_size(torch, next(iter(batch.values())), depth + 1)
+        if isinstance(batch, Mapping):  # Hugging Face's collators: a BatchEncoding (UserDict)
+            try:
+                first = next(iter(batch.values()), None)
+            except Exception:  # noqa: BLE001 - the job's own mapping: never its trouble
+                return -1
+            return batch_size(torch, first, depth + 1) if first is not None else -1
     return -1
 
 
