@@ -457,7 +457,7 @@ def test_a_rollouts_forwards_with_gradients_before_the_first_backward_are_its_st
     for episode in range(4):
         for _ in range(18 + episode):  # an action: the policy's call, the environment's step
             clock.forward_start(t, MODEL)
-            clock.grad_row = clock.pre_train is not None  # as the model hook sets it
+            clock.training_row = clock.pre_train is not None  # as the model hook sets it
             clock.forward_end(t, t + 2)
             t += 5
         clock.backward_done(t, t + 4)

@@ -249,6 +249,28 @@ ROLLOUT = """
 """
 
 
+# Lightning's PPO example (examples/fabric/reinforcement_learning): each update collects
+# a rollout under `no_grad` with the agent in training mode, then runs minibatch steps
+# over it. The first rollout, before any backward, read as 256 evaluation forwards.
+ROLLOUT_NO_GRAD = """
+    import torch
+    torch.manual_seed(0)
+    policy = torch.nn.Sequential(torch.nn.Linear(4, 64), torch.nn.Tanh(), torch.nn.Linear(64, 2))
+    opt = torch.optim.Adam(policy.parameters(), lr=1e-3)
+    for update in range(10):
+        with torch.no_grad():  # the rollout: an action a call
+            states = [torch.randn(1, 4) for _ in range(64)]
+            actions = [torch.softmax(policy(s), dim=1).argmax() for s in states]
+        batch = torch.cat(states)
+        for epoch in range(4):  # the update: 4 optimizer steps over the rollout
+            loss = policy(batch).logsumexp(dim=1).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    print("steps", 40)
+"""
+
+
 @pytest.mark.parametrize(
     ("name", "body", "count"),
     [
@@ -257,6 +279,7 @@ ROLLOUT = """
         pytest.param("hand_update", HAND_WRITTEN_UPDATE, 300, id="hand_update"),
         pytest.param("hand_data_update", HAND_WRITTEN_DATA_UPDATE, 400, id="hand_data_update"),
         pytest.param("rollout", ROLLOUT, 40, id="rollout"),
+        pytest.param("rollout_no_grad", ROLLOUT_NO_GRAD, 40, id="rollout_no_grad"),
     ],
 )
 def test_the_count_is_the_scripts_own_and_nothing_else_is_input(
@@ -273,7 +296,7 @@ def test_the_count_is_the_scripts_own_and_nothing_else_is_input(
     assert "never reached the doctor" not in notes
     if name == "eval_first":  # 10 forwards before the first step, and 9 times after
         assert report["facts"]["evaluation_forwards"] >= 10
-    if name == "rollout":  # every forward trains: none is an evaluation's
+    if name.startswith("rollout"):  # every forward trains: none is an evaluation's
         assert report["facts"]["evaluation_forwards"] == 0
         assert report["ledger"]["evaluation_s"] == 0
 

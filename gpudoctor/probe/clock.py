@@ -20,9 +20,11 @@ A step ends at the strongest kind of end event the job has shown so far:
   step: nanoGPT's loss estimate, Lightning's sanity check; they are no steps, and their
   time is evaluation's) or until PRE_TRAIN_ROWS of them or PRE_TRAIN_HOLD_NS passed
   without one (inference: they were steps). Those that called a model with gradients
-  on were the first step's own, from the first such one on (`grad_row`): a policy's
-  rollout of an episode (pytorch/examples' REINFORCE: a forward an action, one
-  backward an episode), a decoder called once a token, then the backward.
+  on, or in training mode (an evaluation calls `model.eval()` first: nanoGPT, Lightning,
+  Trainer, timm, pytorch/examples), were the first step's own, from the first such one
+  on (`training_row`): a policy's rollout of an episode (pytorch/examples' REINFORCE:
+  a forward an action with gradients, one backward an episode; Lightning's PPO: the
+  first rollout under `no_grad`, then the first update), a decoder called once a token.
 
 What runs inside an optimizer's step (a closure's forwards and backwards: L-BFGS) never
 ends a step. A root module called with gradients off once the job trains, where that
@@ -121,10 +123,11 @@ class StepClock:
         self.held: list[tuple[int, ...]] | None = []
         # steps that ended at a forward or a batch before any backward (see the docstring)
         self.pre_train: list[tuple[int, ...]] | None = []
-        # for each of them, whether it called a model with gradients on (set by the
-        # model hook while no backward has run: `grad_row`, the row under way's)
-        self.pre_train_grad: list[bool] = []
-        self.grad_row = False
+        # for each of them, whether it called a model with gradients on or in training
+        # mode (set by the model hook while no backward has run: `training_row`, the
+        # row under way's)
+        self.pre_train_training: list[bool] = []
+        self.training_row = False
         # evaluation (see the docstring), over the whole run: time and forwards
         self.eval_ns = 0
         self.eval_forwards = 0
@@ -252,8 +255,8 @@ class StepClock:
                 self._release()
         elif pre_train is not None and self.level < END_BACKWARD:
             pre_train.append(row)
-            self.pre_train_grad.append(self.grad_row)
-            self.grad_row = False
+            self.pre_train_training.append(self.training_row)
+            self.training_row = False
             first = pre_train[0]
             if len(pre_train) > PRE_TRAIN_ROWS or t_end - first[1] + first[2] > PRE_TRAIN_HOLD_NS:
                 self._release_pre_train()
@@ -271,20 +274,21 @@ class StepClock:
     def _release_pre_train(self) -> None:
         """The held-back forward or batch steps were steps after all: inference."""
         held, self.pre_train = self.pre_train or [], None
-        self.pre_train_grad = []
+        self.pre_train_training = []
         self._out(held)
 
     def _drop_pre_train(self) -> None:
         """The first backward: the held-back forward or batch steps were no steps. Up to
-        the first that called a model with gradients on, an evaluation before the first
-        training step (their time is evaluation's); from there, the first step's own
-        forwards (merged into it, as _merge_held merges micro-steps)."""
+        the first that called a model with gradients on or in training mode, an
+        evaluation before the first training step (their time is evaluation's); from
+        there, the first step's own forwards (merged into it, as _merge_held merges
+        micro-steps)."""
         held, self.pre_train = self.pre_train or [], None
-        grads, self.pre_train_grad = self.pre_train_grad, []
+        training, self.pre_train_training = self.pre_train_training, []
         if not held:
             return
         self.index -= len(held)
-        first = grads.index(True) if True in grads else len(held)
+        first = training.index(True) if True in training else len(held)
         evaluation, mine = held[:first], held[first:]
         wall = sum(r[2] for r in evaluation)
         self.eval_before_ns += wall

@@ -293,8 +293,8 @@ class ModelHooks:
                         self._measure_evaluation()
             if not self.evaluating:
                 clock.forward_start(t, key)
-                if not agent.backwards and torch.is_grad_enabled():
-                    clock.grad_row = True  # no backward yet: a step of its own (clock.py)
+                if not agent.backwards and (torch.is_grad_enabled() or module.training):
+                    clock.training_row = True  # no backward yet: a step's own (clock.py)
             self.forwards += 1
             if not self.autocast_seen and torch.is_autocast_enabled(self.device_type):
                 self.autocast_seen = True
