@@ -602,6 +602,15 @@ CLIENTS = [
         ["--log-interval", "1"],
         _last_number(r"Episode (\d+)\t"),
     ),
+    Client(  # PPO with Fabric: a rollout under no_grad, then 10 epochs of 4 minibatch steps
+        "Lightning-AI/pytorch-lightning",
+        "lightning/examples/fabric/reinforcement_learning/train_fabric.py",
+        ["--total-timesteps", "4096"],
+        # 4096 / (2 envs x 128 steps) = 16 updates, each 10 epochs of 256 / 64 minibatches
+        # (it prints nothing of its own: the count is its arguments')
+        _fixed(16 * 10 * 4),
+        needs=("lightning", "gymnasium", "torchmetrics"),
+    ),
     Client(  # a GAN: the discriminator's optimizer step, then the generator's, each batch
         "pytorch/examples",
         "examples/dcgan/main.py",
