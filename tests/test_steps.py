@@ -473,6 +473,44 @@ def test_a_rollouts_forwards_with_gradients_before_the_first_backward_are_its_st
     assert out[0]["wall_ns"] == 1 + 18 * 5 + 5
 
 
+def test_a_rollout_longer_than_the_bound_in_a_job_with_an_optimizer_stays_held() -> None:
+    """cleanrl's ppo_continuous_action.py: its optimizer made, then a rollout of 2,048
+    calls under no_grad in training mode, then the update. More calls than PRE_TRAIN_ROWS
+    before the first backward: in a job that has made an optimizer they are folded into
+    one held row, the first step's, not released as inference's steps."""
+    from gpudoctor.probe.clock import PRE_TRAIN_ROWS
+
+    clock = StepClock()
+    clock.optimizer_made = True
+    t = 0
+    rollout = PRE_TRAIN_ROWS + 500
+    for _ in range(rollout):
+        clock.forward_start(t, MODEL)
+        clock.training_row = clock.pre_train is not None  # as the model hook sets it
+        clock.forward_end(t, t + 2)
+        t += 3
+        assert clock.ends_seen == 0  # not one taken for a step
+    assert len(clock.pre_train or []) <= PRE_TRAIN_ROWS + 1  # folded: bounded
+    training_loop(clock, 5, t=t)
+    out = steps(clock)
+    assert [s["index"] for s in out] == list(range(5))
+    assert out[0]["forwards"] == rollout + 1 and clock.eval_forwards == 0
+    assert out[0]["t_end_mono_ns"] - out[0]["wall_ns"] == 0  # from the rollout's start
+
+
+def test_without_an_optimizer_a_long_run_of_calls_in_training_mode_is_inference() -> None:
+    """A script that forgot model.eval() and never trains: its calls, in training mode,
+    are still steps once past the bound (no optimizer: nothing says it will train)."""
+    from gpudoctor.probe.clock import PRE_TRAIN_ROWS
+
+    clock = StepClock()
+    for i in range(PRE_TRAIN_ROWS + 5):
+        clock.forward_start(i * 10, MODEL)
+        clock.training_row = True
+        clock.forward_end(i * 10, i * 10 + 4)
+    assert clock.ends_seen >= PRE_TRAIN_ROWS
+
+
 def test_a_job_that_never_trains_steps_per_forward_after_all() -> None:
     clock = StepClock()
     for i in range(12):

@@ -258,9 +258,12 @@ ROLLOUT_NO_GRAD = """
     policy = torch.nn.Sequential(torch.nn.Linear(4, 64), torch.nn.Tanh(), torch.nn.Linear(64, 2))
     opt = torch.optim.Adam(policy.parameters(), lr=1e-3)
     for update in range(10):
-        with torch.no_grad():  # the rollout: an action a call
-            states = [torch.randn(1, 4) for _ in range(64)]
-            actions = [torch.softmax(policy(s), dim=1).argmax() for s in states]
+        with torch.no_grad():  # the rollout: an action a call, the next state from it
+            state, states = torch.zeros(1, 4), []
+            for t in range(64):
+                action = torch.softmax(policy(state), dim=1).argmax()
+                states.append(state)
+                state = torch.tanh(state + 0.1 * action - 0.05)
         batch = torch.cat(states)
         for epoch in range(4):  # the update: 4 optimizer steps over the rollout
             loss = policy(batch).logsumexp(dim=1).mean()
@@ -268,6 +271,32 @@ ROLLOUT_NO_GRAD = """
             loss.backward()
             opt.step()
     print("steps", 40)
+"""
+
+
+# cleanrl's ppo_continuous_action.py: the optimizer made first, then each iteration a
+# rollout of 2,048 calls under no_grad in training mode (more than the probe holds back
+# before a first backward), then 10 epochs of minibatch steps: it read 3,009 steps for
+# its 960, the first rollout's 2,049 calls taken for inference's steps.
+LONG_ROLLOUT = """
+    import torch
+    torch.manual_seed(0)
+    agent = torch.nn.Sequential(torch.nn.Linear(3, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    opt = torch.optim.Adam(agent.parameters(), lr=3e-4)
+    obs = torch.zeros(2500, 3)
+    for iteration in range(2):
+        with torch.no_grad():
+            state = torch.randn(1, 3)
+            for t in range(2500):  # the rollout: a call an environment step
+                obs[t] = state
+                state = torch.tanh(state + 0.01 * agent(state))
+        for epoch in range(5):
+            for mb in obs.split(625):
+                loss = agent(mb).pow(2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+    print("steps", 2 * 5 * 4)
 """
 
 
@@ -280,6 +309,7 @@ ROLLOUT_NO_GRAD = """
         pytest.param("hand_data_update", HAND_WRITTEN_DATA_UPDATE, 400, id="hand_data_update"),
         pytest.param("rollout", ROLLOUT, 40, id="rollout"),
         pytest.param("rollout_no_grad", ROLLOUT_NO_GRAD, 40, id="rollout_no_grad"),
+        pytest.param("rollout_long", LONG_ROLLOUT, 40, id="rollout_long"),
     ],
 )
 def test_the_count_is_the_scripts_own_and_nothing_else_is_input(

@@ -25,6 +25,11 @@ A step ends at the strongest kind of end event the job has shown so far:
   on (`training_row`): a policy's rollout of an episode (pytorch/examples' REINFORCE:
   a forward an action with gradients, one backward an episode; Lightning's PPO: the
   first rollout under `no_grad`, then the first update), a decoder called once a token.
+  A job that has made an optimizer (`optimizer_made`) trains: its rows from the first
+  such one on are never taken for inference's steps, however many or long; past the
+  bounds they are folded into one row, as they will be merged into the first step
+  (cleanrl's ppo_continuous_action.py: a rollout of 2,048 calls, then the update, read
+  as 2,049 inference steps more than its 960).
 
 What runs inside an optimizer's step (a closure's forwards and backwards: L-BFGS) never
 ends a step. A root module called with gradients off once the job trains, where that
@@ -105,6 +110,9 @@ class StepClock:
     def __init__(self) -> None:
         # rows (tuples), and blocks of steps only counted (lists: see `counted`)
         self.out: deque[Any] = deque()
+        # an optimizer exists (set by the optimizer hooks; a forked child has its
+        # parent's, so a reset keeps it)
+        self.optimizer_made = False
         self.reset()
 
     def reset(self) -> None:
@@ -259,7 +267,10 @@ class StepClock:
             self.training_row = False
             first = pre_train[0]
             if len(pre_train) > PRE_TRAIN_ROWS or t_end - first[1] + first[2] > PRE_TRAIN_HOLD_NS:
-                self._release_pre_train()
+                if self.optimizer_made and True in self.pre_train_training:
+                    self._fold_pre_train()
+                else:
+                    self._release_pre_train()
         else:
             self._out([row])
         self.index += 1
@@ -276,6 +287,25 @@ class StepClock:
         held, self.pre_train = self.pre_train or [], None
         self.pre_train_training = []
         self._out(held)
+
+    def _fold_pre_train(self) -> None:
+        """The held rows from the first made in training on, as one: a job that has an
+        optimizer trains, and they will be its first step's (see the docstring)."""
+        held = self.pre_train or []
+        k = self.pre_train_training.index(True)
+        mine = held[k:]
+        if len(mine) < 2:
+            return
+        start, end = mine[0][1] - mine[0][2], mine[-1][1]
+        samples = sum(r[9] for r in mine if r[9] >= 0)
+        folded = (
+            mine[0][0], end, end - start, *(sum(r[i] for r in mine) for i in range(3, 9)),
+            samples if samples > 0 else -1, sum(r[10] for r in mine), sum(r[11] for r in mine),
+            1,
+        )  # fmt: skip
+        held[k:] = [folded]
+        self.pre_train_training[k:] = [True]
+        self.index -= len(mine) - 1
 
     def _drop_pre_train(self) -> None:
         """The first backward: the held-back forward or batch steps were no steps. Up to

@@ -58,6 +58,8 @@ class OptimizerHooks:
 
         @functools.wraps(hook)
         def profile_hook_step(func: Any) -> Any:
+            # torch wraps a class's step at its first instance: the job made an optimizer
+            self.clock.optimizer_made = True
             hooked = hook(func)
             try:
                 return self.wrap(hooked)
@@ -180,6 +182,7 @@ class OptimizerHooks:
             if step is None or not getattr(step, "hooked", False) or id(step) in wrapped:
                 continue
             ours = self.wrap(step)
+            self.clock.optimizer_made = True
             setattr(cls, "step", ours)  # noqa: B010 - the class's own attribute
             self.adopted.append((cls, step, ours))
             wrapped[id(step)] = ours
