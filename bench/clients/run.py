@@ -17,7 +17,9 @@ run_clm_no_trainer.py beside it (the newest stored is a fork's, evalstate/transf
 upstream's 3a275d3581 ("[style] Rework ruff rules", January 2026), from any fork that
 holds that commit (macorisd/transformers-qwen3 does; its newest run_clm.py is its own).
 Their evaluations load the accuracy metric: a clone of huggingface/evaluate at
-REPOS/evaluate, and scikit-learn beside transformers.
+REPOS/evaluate, and scikit-learn beside transformers. cleanrl's PPO wants the versions
+it pins (gymnasium 0.29.1, so numpy < 2) and tyro: a Python of its own for it
+(`--only cleanrl --python` that one).
 Lightning's examples/pytorch/basics/transformer.py goes at
 REPOS/lightning/examples/pytorch/basics/ (it needs `pip install lightning`), taken from
 the release of the lightning installed (`git show 2.6.5:examples/...` for 2.6.x: another
@@ -610,6 +612,17 @@ CLIENTS = [
         # (it prints nothing of its own: the count is its arguments')
         _fixed(16 * 10 * 4),
         needs=("lightning", "gymnasium", "torchmetrics"),
+    ),
+    Client(  # cleanrl's PPO: the optimizer made, then each iteration a rollout of 2,048
+        # calls under no_grad, then 10 epochs of 32 minibatch steps; a line "SPS: N" each
+        # iteration (it needs gymnasium 0.29.1, which wants numpy < 2, and tyro)
+        "vwxyzjn/cleanrl",
+        "cleanrl/cleanrl/ppo_continuous_action.py",
+        ["--env-id", "Pendulum-v1", "--total-timesteps", "6144", "--seed", "1"],
+        lambda out, work: 10 * 32 * len(re.findall(r"^SPS:", out, re.M)),
+        needs=("tyro", "gymnasium"),
+        # its returns, episode by episode (its steps a second differ between any two runs)
+        compared=r"global_step=\d+, episodic_return=\[[^\]]*\]",
     ),
     Client(  # a GAN: the discriminator's optimizer step, then the generator's, each batch
         "pytorch/examples",
