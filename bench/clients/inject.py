@@ -32,7 +32,7 @@ from typing import Any
 
 import run as clients
 
-ROOT = Path(__file__).resolve().parents[2]
+from gpudoctor.store import Store
 
 
 @dataclass(frozen=True)
@@ -152,9 +152,6 @@ def inject_one(
     data = json.loads(report.read_text()) if report.exists() else {}
     made = None
     if data.get("session"):
-        sys.path.insert(0, str(ROOT))
-        from gpudoctor.store import Store
-
         timeline = Store(store).load(int(data["session"]))
         rows: list[Any] = list(timeline.steps.get(job.pid) or [])
         if rows:

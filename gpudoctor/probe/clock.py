@@ -311,8 +311,8 @@ class StepClock:
         """The first backward: the held-back forward or batch steps were no steps. Up to
         the first that called a model with gradients on or in training mode, an
         evaluation before the first training step (their time is evaluation's); from
-        there, the first step's own forwards (merged into it, as _merge_held merges
-        micro-steps)."""
+        there, the first step's own forwards (merged into it: _merge_rows, as micro-steps
+        are)."""
         held, self.pre_train = self.pre_train or [], None
         training, self.pre_train_training = self.pre_train_training, []
         if not held:
@@ -325,16 +325,7 @@ class StepClock:
         self.eval_ns += wall
         self.eval_forwards += sum(r[8] for r in evaluation)
         if mine:
-            self.last_end = mine[0][1] - mine[0][2]
-            self.loader += sum(r[3] for r in mine)
-            self.outside += sum(r[4] for r in mine)
-            self.forward += sum(r[5] for r in mine)
-            self.backward += sum(r[6] for r in mine)
-            self.forwards += sum(r[8] for r in mine)
-            samples = sum(r[9] for r in mine if r[9] >= 0) + max(0, self.batch)
-            self.batch = samples if samples > 0 else -1
-            self.syncs += sum(r[10] for r in mine)
-            self.pageable += sum(r[11] for r in mine)
+            self._merge_rows(mine)
 
     def _release(self) -> None:
         """The held-back backward() steps were steps after all."""
@@ -362,17 +353,22 @@ class StepClock:
         if not held:
             return
         self.index -= len(held)
-        self.last_end = held[0][1] - held[0][2]
-        self.loader += sum(r[3] for r in held)
-        self.outside += sum(r[4] for r in held)
-        self.forward += sum(r[5] for r in held)
-        self.backward += sum(r[6] for r in held)
-        self.optimizer += sum(r[7] for r in held)
-        self.forwards += sum(r[8] for r in held)
-        samples = sum(r[9] for r in held if r[9] >= 0) + max(0, self.batch)
+        self._merge_rows(held)
+
+    def _merge_rows(self, rows: list[tuple[int, ...]]) -> None:
+        """Rows held back (not emitted) are the step under way's: it begins where the
+        first of them began, and their parts and samples are added to its own."""
+        self.last_end = rows[0][1] - rows[0][2]
+        self.loader += sum(r[3] for r in rows)
+        self.outside += sum(r[4] for r in rows)
+        self.forward += sum(r[5] for r in rows)
+        self.backward += sum(r[6] for r in rows)
+        self.optimizer += sum(r[7] for r in rows)
+        self.forwards += sum(r[8] for r in rows)
+        samples = sum(r[9] for r in rows if r[9] >= 0) + max(0, self.batch)
         self.batch = samples if samples > 0 else -1
-        self.syncs += sum(r[10] for r in held)
-        self.pageable += sum(r[11] for r in held)
+        self.syncs += sum(r[10] for r in rows)
+        self.pageable += sum(r[11] for r in rows)
 
     def finish(self) -> None:
         """At exit: the step that ended but was not emitted yet still counts."""
