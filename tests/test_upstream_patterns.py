@@ -375,7 +375,21 @@ def test_a_script_that_never_imports_torch_is_said_so(tmp_path: Path) -> None:
     proc, report = run_job(tmp_path, path, "--n", "4", doctor_args=("--no-stacks",))
     assert proc.returncode == 0 and proc.stdout == "6\n"
     notes = " ".join(report["notes"])
-    assert "saw no torch" in notes and "ran no training step" not in notes
+    assert "saw no torch at work" in notes and "ran no training step" not in notes
+
+
+def test_a_script_that_imports_torch_and_trains_nothing_is_not_told_it_never_did(
+    tmp_path: Path,
+) -> None:
+    """A script that only computes with tensors (no model, loader or optimizer) sends the
+    doctor nothing, as a DataLoader worker does not: the note names that case too rather
+    than saying flatly that torch was never imported."""
+    path = tmp_path / "tensors_only.py"
+    path.write_text("import time\nimport torch\nprint(torch.ones(3).sum().item())\ntime.sleep(1)\n")
+    proc, report = run_job(tmp_path, path, doctor_args=("--no-stacks",))
+    assert proc.returncode == 0 and proc.stdout == "3.0\n"
+    notes = " ".join(report["notes"])
+    assert "made no model, loader or optimizer" in notes, notes
 
 
 def test_input_code_before_a_hand_written_update_is_still_input(tmp_path: Path) -> None:

@@ -448,8 +448,9 @@ def _notes(timeline: Timeline, w: Window, captured: Profile | None = None) -> li
     if not saw_torch and not timeline.steps:
         notes.append(
             _(
-                "The probe saw no torch in the job (it never imported torch, or ran Python with "
-                "-E/-I): host and GPU readings only."
+                "The probe saw no torch at work in the job (it never imported torch, made no "
+                "model, loader or optimizer, or ran Python with -E/-I): host and GPU readings "
+                "only."
             )
         )
     elif not timeline.steps and not timeline.lost_step_rows():
