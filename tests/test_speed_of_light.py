@@ -142,6 +142,43 @@ def test_no_count_when_asked_not_to(tmp_path: Path) -> None:
     assert "speed of light" not in proc.stderr
 
 
+# An episode a step, as REINFORCE's: the policy called once a move, one backward over
+# the episode. The first 12 episodes are 3 moves long, the rest 12: the step counted
+# (the 11th) is a quarter of the median step.
+EPISODES = f"""
+    import sys, torch, torch.nn as nn
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    policy = nn.Sequential(nn.Linear({IN}, {HID}), nn.ReLU(), nn.Linear({HID}, {OUT}))
+    opt = torch.optim.SGD(policy.parameters(), lr=0.01)
+    for episode in range(60):
+        moves = 3 if episode < 12 else 12
+        loss = sum(policy(torch.randn(1, {IN})).sum() for _ in range(moves))
+        opt.zero_grad(); loss.backward(); opt.step()
+    print("episodes", 60)
+"""
+# each call: its forward and the weights' gradients (two matmuls each), the hidden
+# layer's input gradient
+PER_CALL = 2 * (2 * (IN * HID + HID * OUT) + HID * OUT)
+
+
+def test_steps_of_unequal_size_are_counted_at_the_median_steps_size(tmp_path: Path) -> None:
+    script = tmp_path / "episodes.py"
+    script.write_text(textwrap.dedent(EPISODES))
+    report_path = tmp_path / "r.json"
+    proc = subprocess.run(
+        [PY, "-m", "gpudoctor", "run", "--headless", "--report", str(report_path), "--",
+         PY, str(script)],
+        capture_output=True, text=True, timeout=120, env=env_without_probe(),
+    )  # fmt: skip
+    assert proc.returncode == 0 and proc.stdout == "episodes 60\n", proc.stderr[-2000:]
+    report = json.loads(report_path.read_text())
+    assert report["steps"]["count"] == 60
+    sol = report["speed_of_light"]
+    assert sol["flops_per_step"] == 12 * PER_CALL  # the median step's size
+    assert "scaled from its 3 model calls to the median step's 12" in sol["basis"]
+
+
 def test_a_gpu_jobs_mfu_weighs_each_dtype_at_its_own_peak() -> None:
     """bf16 matmuls beside fp32 ones with TF32 off, on an H200 (as torch names it):
     each at its datasheet figure, the step at 10 ms."""

@@ -17,6 +17,7 @@ SC'21); half is a step that has nothing left to fix but its kernels.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,10 +67,18 @@ def speed_of_light(w: Window) -> SpeedOfLight | None:
     step_ms = w.step_median_ms
     if total <= 0 or step_ms <= 0 or w.estimated:
         return None
-    achieved = total / (step_ms / 1e3) / 1e12
     how = _("FLOPs counted by the probe on step {step} (torch's flop formulas)").format(
         step=counted.get("step", "?")
     )
+    scale = _size_ratio(w, counted)
+    if scale is not None:
+        factor, typical, calls = scale
+        total = int(total * factor)
+        kinds = {k: int(v * factor) for k, v in kinds.items()}
+        how = _("{how}, scaled from its {calls} model calls to the median step's {typical}").format(
+            how=how, calls=calls, typical=f"{typical:g}"
+        )
+    achieved = total / (step_ms / 1e3) / 1e12
     peak = _peak(w, kinds, counted)
     if peak is None:
         return SpeedOfLight(
@@ -89,6 +98,23 @@ def speed_of_light(w: Window) -> SpeedOfLight | None:
         device=device,
         basis=_("{how}; peak: {where}").format(how=how, where=where),
     )
+
+
+def _size_ratio(w: Window, counted: dict[str, Any]) -> tuple[float, float, int] | None:
+    """Steps of unequal size (an RL episode a step, its calls of the policy as many as
+    the episode's moves): the counted step's FLOPs scaled to the median step's, by their
+    calls of the model (the counted step's, and the median of the steps measured in
+    detail). None where they are the same, or either is unknown."""
+    calls = counted.get("forwards")
+    if not isinstance(calls, int) or calls <= 0:
+        return None
+    per_step = sorted(s.forwards for s in w.detailed_steps if s.detail and s.forwards > 0)
+    if not per_step:
+        return None
+    typical = statistics.median(per_step)
+    if typical == calls:
+        return None
+    return typical / calls, typical, calls
 
 
 def _peak(

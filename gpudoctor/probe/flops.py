@@ -36,6 +36,10 @@ class FlopCount:
         self.wanted = os.environ.get(ENV_FLOPS, "1") != "0"
         self.mode: Any = None
         self.step = 0
+        # the counted step's calls of its models (not evaluations'), as a step measured
+        # in detail counts them: steps of unequal size (an RL episode a step) scale by it
+        self.forwards = 0
+        self.handles: list[Any] = []
 
     @property
     def running(self) -> bool:
@@ -56,12 +60,43 @@ class FlopCount:
         mode.__enter__()
         self.mode = mode
         self.step = steps_done
+        self.forwards = 0
+        self._count_calls(agent)
         # the counted step (slower under the mode, and this start in its host time) is
         # timed but not measured in detail: its split stays out of the job's shares
         agent.clock.detail = 0
 
+    def _count_calls(self, agent: Any) -> None:
+        """Hooks on the models the loop calls (the roots the model hooks found), for
+        the counted step only: its calls of them, as a detailed step's row counts them.
+        Hooks on the instances, not their classes; none on a model that takes none."""
+        models = next((g for g in agent.groups if getattr(g, "name", "") == "models"), None)
+        depth = [0]
+
+        def before(module: Any, args: Any) -> None:
+            mode = self.mode
+            if depth[0] == 0 and mode is not None and not mode.paused:
+                self.forwards += 1
+            depth[0] += 1
+
+        def after(module: Any, args: Any, out: Any) -> None:
+            depth[0] = max(0, depth[0] - 1)
+
+        before, after = unseen(before), unseen(after)
+        for root in list(getattr(models, "roots", {}).values()):
+            with contextlib.suppress(Exception):  # the after hook first: never one alone
+                self.handles.append(root.register_forward_hook(after, always_call=True))
+                self.handles.append(root.register_forward_pre_hook(before))
+
+    def _drop_hooks(self) -> None:
+        handles, self.handles = self.handles, []
+        for handle in handles:
+            with contextlib.suppress(Exception):
+                handle.remove()
+
     def _finish(self, agent: Any) -> None:
         mode, self.mode = self.mode, None
+        self._drop_hooks()
         mode.__exit__(None, None, None)
         agent.clock.detail = 0  # the next step's host time holds this finish: not in detail
         total = sum(mode.flops.values())
@@ -70,6 +105,7 @@ class FlopCount:
             {
                 "per_step": int(total),
                 "step": self.step,
+                "forwards": self.forwards,
                 # "family dtype": FLOPs (family: mm or conv)
                 "by_kind": {
                     f"{family} {dtype}": int(n) for (family, dtype), n in mode.flops.items()
@@ -99,6 +135,7 @@ class FlopCount:
         """Switched off (a failure of ours): the mode comes off the job's stack."""
         mode, self.mode = self.mode, None
         self.wanted = False
+        self._drop_hooks()
         if mode is not None:
             with contextlib.suppress(Exception):
                 mode.__exit__(None, None, None)
