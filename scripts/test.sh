@@ -55,14 +55,15 @@ fi
 # computes (0.4-0.75 of a core busy when run alone: bench/RESULTS.md, the
 # test suite's time) and checks what a job or the doctor says or keeps, never a speed.
 # 2026-12-06: test_gpu_timeline, test_long_runs, test_html_report, test_privacy,
-# test_guide and test_newcomer too: they check what the doctor computes, keeps, draws
-# and masks, never how fast (their jobs' counts and reports are compared whole), ~106 s
-# of the main group's 1702 s alone (bench/RESULTS.md, the test suite's time).
+# test_guide, test_newcomer and test_torch_imports (out of test_upstream_patterns) too:
+# they check what the doctor computes, keeps, draws and masks, never how fast (their
+# jobs' counts and reports are compared whole), ~140 s of the main group's 1702 s alone
+# (bench/RESULTS.md, the test suite's time).
 BESIDE=(
     tests/test_compat.py tests/test_devices.py tests/test_import_hygiene.py
     tests/test_inject.py tests/test_cli.py tests/test_store.py
     tests/test_gpu_timeline.py tests/test_long_runs.py tests/test_html_report.py
-    tests/test_privacy.py tests/test_guide.py tests/test_newcomer.py
+    tests/test_privacy.py tests/test_guide.py tests/test_newcomer.py tests/test_torch_imports.py
 )
 busy_jiffies() {  # the machine's busy and total CPU time so far (/proc/stat, jiffies)
     read -r _ user nice system idle iowait irq softirq steal _ </proc/stat
