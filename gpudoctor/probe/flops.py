@@ -67,26 +67,32 @@ class FlopCount:
         agent.clock.detail = 0
 
     def _count_calls(self, agent: Any) -> None:
-        """Hooks on the models the loop calls (the roots the model hooks found), for
-        the counted step only: its calls of them, as a detailed step's row counts them.
-        Hooks on the instances, not their classes; none on a model that takes none."""
+        """Hooks for the counted step only, on every module's call (torch's global
+        module hooks), that count the calls of the models the loop calls (the roots the
+        model hooks found), as a detailed step's row counts them. Global, not on the
+        models themselves: a model pickled in that step (`torch.save(model)`, as
+        pytorch/examples' word_language_model saves its best) would carry them."""
         models = next((g for g in agent.groups if getattr(g, "name", "") == "models"), None)
+        roots = {id(m) for m in list(getattr(models, "roots", {}).values())}
+        if not roots:
+            return
         depth = [0]
 
         def before(module: Any, args: Any) -> None:
-            mode = self.mode
-            if depth[0] == 0 and mode is not None and not mode.paused:
-                self.forwards += 1
-            depth[0] += 1
+            if id(module) in roots:
+                mode = self.mode
+                if depth[0] == 0 and mode is not None and not mode.paused:
+                    self.forwards += 1
+                depth[0] += 1
 
         def after(module: Any, args: Any, out: Any) -> None:
-            depth[0] = max(0, depth[0] - 1)
+            if id(module) in roots:
+                depth[0] = max(0, depth[0] - 1)
 
-        before, after = unseen(before), unseen(after)
-        for root in list(getattr(models, "roots", {}).values()):
-            with contextlib.suppress(Exception):  # the after hook first: never one alone
-                self.handles.append(root.register_forward_hook(after, always_call=True))
-                self.handles.append(root.register_forward_pre_hook(before))
+        hooks = agent.torch.nn.modules.module
+        with contextlib.suppress(Exception):  # the after hook first: never one alone
+            self.handles.append(hooks.register_module_forward_hook(unseen(after), always_call=True))
+            self.handles.append(hooks.register_module_forward_pre_hook(unseen(before)))
 
     def _drop_hooks(self) -> None:
         handles, self.handles = self.handles, []
