@@ -108,7 +108,7 @@ def _size_ratio(w: Window, counted: dict[str, Any]) -> tuple[float, float, int] 
     calls = counted.get("forwards")
     if not isinstance(calls, int) or calls <= 0:
         return None
-    per_step = sorted(s.forwards for s in w.detailed_steps if s.detail and s.forwards > 0)
+    per_step = [s.forwards for s in w.detailed_steps if s.detail and s.forwards > 0]
     if not per_step:
         return None
     typical = statistics.median(per_step)
