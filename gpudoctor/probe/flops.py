@@ -36,10 +36,12 @@ class FlopCount:
         self.wanted = os.environ.get(ENV_FLOPS, "1") != "0"
         self.mode: Any = None
         self.step = 0
-        # the counted step's calls of its models (not evaluations'), as a step measured
-        # in detail counts them: steps of unequal size (an RL episode a step) scale by it
+        # the counted step's calls of its models (not evaluations'), counted by the model
+        # hooks (models.py) as a detailed step's row counts them, when that step has them
+        # on (0: not known): steps of unequal size (an RL episode a step) scale by it.
+        # No hooks of its own: on the model, a `torch.save(model)` in that step would
+        # pickle them; torch's global module hooks make a strict torch.export fail.
         self.forwards = 0
-        self.handles: list[Any] = []
 
     @property
     def running(self) -> bool:
@@ -61,48 +63,12 @@ class FlopCount:
         self.mode = mode
         self.step = steps_done
         self.forwards = 0
-        self._count_calls(agent)
         # the counted step (slower under the mode, and this start in its host time) is
         # timed but not measured in detail: its split stays out of the job's shares
         agent.clock.detail = 0
 
-    def _count_calls(self, agent: Any) -> None:
-        """Hooks for the counted step only, on every module's call (torch's global
-        module hooks), that count the calls of the models the loop calls (the roots the
-        model hooks found), as a detailed step's row counts them. Global, not on the
-        models themselves: a model pickled in that step (`torch.save(model)`, as
-        pytorch/examples' word_language_model saves its best) would carry them."""
-        models = next((g for g in agent.groups if getattr(g, "name", "") == "models"), None)
-        roots = {id(m) for m in list(getattr(models, "roots", {}).values())}
-        if not roots:
-            return
-        depth = [0]
-
-        def before(module: Any, args: Any) -> None:
-            if id(module) in roots:
-                mode = self.mode
-                if depth[0] == 0 and mode is not None and not mode.paused:
-                    self.forwards += 1
-                depth[0] += 1
-
-        def after(module: Any, args: Any, out: Any) -> None:
-            if id(module) in roots:
-                depth[0] = max(0, depth[0] - 1)
-
-        hooks = agent.torch.nn.modules.module
-        with contextlib.suppress(Exception):  # the after hook first: never one alone
-            self.handles.append(hooks.register_module_forward_hook(unseen(after), always_call=True))
-            self.handles.append(hooks.register_module_forward_pre_hook(unseen(before)))
-
-    def _drop_hooks(self) -> None:
-        handles, self.handles = self.handles, []
-        for handle in handles:
-            with contextlib.suppress(Exception):
-                handle.remove()
-
     def _finish(self, agent: Any) -> None:
         mode, self.mode = self.mode, None
-        self._drop_hooks()
         mode.__exit__(None, None, None)
         agent.clock.detail = 0  # the next step's host time holds this finish: not in detail
         total = sum(mode.flops.values())
@@ -141,7 +107,6 @@ class FlopCount:
         """Switched off (a failure of ours): the mode comes off the job's stack."""
         mode, self.mode = self.mode, None
         self.wanted = False
-        self._drop_hooks()
         if mode is not None:
             with contextlib.suppress(Exception):
                 mode.__exit__(None, None, None)

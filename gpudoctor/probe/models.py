@@ -293,6 +293,8 @@ class ModelHooks:
                         self._measure_evaluation()
             if not self.evaluating:
                 clock.forward_start(t, key)
+                if agent.flops.mode is not None:
+                    agent.flops.forwards += 1  # the FLOP-counted step's calls (flops.py)
                 if not agent.backwards and (torch.is_grad_enabled() or module.training):
                     clock.training_row = True  # no backward yet: a step's own (clock.py)
             self.forwards += 1
