@@ -268,10 +268,15 @@ def _resample(arms: Sequence[Arm], rng: random.Random) -> list[Arm]:
         walls = a.walls_s
         n = len(walls)
         block = min(max(MIN_BLOCK_STEPS, n // 4), n)
+        # circular blocks (Politis & Romano 1992): a block may wrap from the run's end
+        # to its start, so every step is drawn as often as any other. Blocks kept
+        # inside the run drew its first and last steps less often, and a run slower at
+        # its ends (a warm-up, a stop) had its interval pass beside its own point
         drawn: list[float] = []
         while len(drawn) < n:
-            start = rng.randrange(n - block + 1)
+            start = rng.randrange(n)
             drawn.extend(walls[start : start + block])
+            drawn.extend(walls[: max(0, start + block - n)])
         out.append(_with_walls(a, tuple(drawn[:n])))
     return out
 
