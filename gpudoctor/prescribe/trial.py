@@ -2,7 +2,7 @@
 each under the doctor for the same number of steady-state steps, alternated when
 repeated; then the speedup in samples a second with a 95% interval.
 
-The interval is a moving-block bootstrap over the steps with blocks a quarter of a
+The interval is a circular block bootstrap over the steps with blocks a quarter of a
 run long: they keep the slow-fast rhythm of a loader's workers together and carry the
 slow drift inside a run (a noisy machine's other load), which stands in for the noise
 between runs; repeats (`--repeat`) add that noise itself.
@@ -41,7 +41,7 @@ TRIAL_WARMUP_STEPS = 20
 MIN_QUIET_SHARE = 1 / 3
 MIN_QUIET_STEPS = 2 * MIN_BLOCK_STEPS
 METHOD = (
-    "moving-block bootstrap over the steady steps (blocks of a quarter run, runs "
+    "circular block bootstrap over the steady steps (blocks of a quarter run, runs "
     "resampled), 2000 rounds, widened by the spread between runs when repeated (a "
     "Student-t quantile, Welch-Satterthwaite degrees of freedom); steps while other "
     "processes took the job's cores left out when enough quiet ones remain; the first "
@@ -156,7 +156,7 @@ def speedup(
     baseline: Sequence[Arm], treatment: Sequence[Arm], seed: int = 0, level: float = 0.95
 ) -> tuple[float, tuple[float, float]]:
     """Treatment samples/s over baseline samples/s (arms pooled), with an interval at
-    `level` (0.95 or 0.99): a moving-block bootstrap of each side's steps (and of the
+    `level` (0.95 or 0.99): a circular block bootstrap of each side's steps (and of the
     runs, when repeated), widened on the log scale by the spread between the runs of
     each side when there are two or more (a noisy machine's runs differ by more than
     their steps do)."""
