@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import PY, env_without_probe
+from conftest import PY, env_without_probe, run_job
 from prometheus_client.parser import text_string_to_metric_families
 from windows import steps
 
@@ -165,14 +165,8 @@ PER_CALL = 2 * (2 * (IN * HID + HID * OUT) + HID * OUT)
 def test_steps_of_unequal_size_are_counted_at_the_median_steps_size(tmp_path: Path) -> None:
     script = tmp_path / "episodes.py"
     script.write_text(textwrap.dedent(EPISODES))
-    report_path = tmp_path / "r.json"
-    proc = subprocess.run(
-        [PY, "-m", "gpudoctor", "run", "--headless", "--report", str(report_path), "--",
-         PY, str(script)],
-        capture_output=True, text=True, timeout=120, env=env_without_probe(),
-    )  # fmt: skip
+    proc, report = run_job(tmp_path, script)
     assert proc.returncode == 0 and proc.stdout == "episodes 60\n", proc.stderr[-2000:]
-    report = json.loads(report_path.read_text())
     assert report["steps"]["count"] == 60
     sol = report["speed_of_light"]
     assert sol["flops_per_step"] == 12 * PER_CALL  # the median step's size
