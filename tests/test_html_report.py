@@ -144,9 +144,9 @@ def test_compare_overlays_two_runs_and_a_markdown_report_shows_its_charts(
     assert dom.stdout.count("baseline (session 1)") >= 5
     assert dom.stdout.count("treatment (session 2)") >= 5
     # the verdict the command line gives (on a busy machine too: "no better than noise")
-    said = doctor("--store", str(store), "compare", "1", "2", "--format", "json")
-    assert said.returncode == 0, said.stderr
-    verdict = json.loads(said.stdout)["verdict"]
+    compared = doctor("--store", str(store), "compare", "1", "2", "--format", "json")
+    assert compared.returncode == 0, compared.stderr
+    verdict = json.loads(compared.stdout)["verdict"]
     assert verdict in ("faster", "slower", "no better than noise")
     outcome = re.search(r"<pre>(.*?)</pre>", dom.stdout, re.S)
     assert outcome is not None and verdict in outcome.group(1), dom.stdout[:3000]
