@@ -73,6 +73,10 @@ def main() -> None:
     # a step of at least this long (its rest asleep, outside the model): a loop at a
     # chosen step rate (bench/doctor_cost.py: the 10 ms step of the probe's budget)
     p.add_argument("--pace-ms", type=float, default=0.0)
+    # tensor methods a step calls (the probe's CUDA hooks patch them: probe/cuda.py):
+    # the batch cast this many times before the forward, as a model casts its activations
+    # (mixed-precision norms), and the loss read once with .item() after the step
+    p.add_argument("--tensor-calls", type=int, default=0)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -86,10 +90,14 @@ def main() -> None:
     while len(times) < total:
         for x, y in loader:
             x, y = x.to(device), y.to(device)
+            for _ in range(args.tensor_calls):
+                x = x.to(torch.float32)
             loss = criterion(model(x), y)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
+            if args.tensor_calls:
+                loss.item()
             if device.type == "cuda":
                 torch.cuda.synchronize()  # the benchmark's own clock, not the probe's
             if args.pace_ms:

@@ -210,3 +210,42 @@ def test_syncs_and_copies_are_per_step_measured_in_detail(
     assert steps["count"] == 400
     assert steps["syncs_per_step"] >= 1, steps
     assert "host-sync" in finding_ids(report), report["findings"]
+
+
+COUNTED_TENSOR_METHODS = """
+import types
+import torch
+torch.manual_seed(0)
+model = torch.nn.Linear(8, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x, y = torch.randn(4, 8), torch.randn(4, 2)
+own = types.BuiltinMethodType  # TensorBase's methods, bound: no wrapper of anybody's
+seen = []
+for step in range(600):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    seen.append(type(loss.item) is own and type(x.to) is own)
+    loss.item()
+print("own methods on", sum(seen), "of", len(seen), "steps")
+"""
+
+
+def test_a_step_only_counted_calls_the_tensors_own_methods(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CUDA hooks (`.item()`, `.to()`, ...: probe/cuda.py) count syncs and copies on
+    the steps measured in detail; on the others a tensor's method is its own at once,
+    never the probe's wrapper (a model's forward may cast its activations hundreds of
+    times a step). The syncs per step still come from the detailed steps."""
+    monkeypatch.setenv("GPUDOCTOR_PROBE_TENSOR_HOOKS", "cpu")  # CPU tensors as CUDA's
+    script = tmp_path / "counted.py"
+    script.write_text(COUNTED_TENSOR_METHODS)
+    proc, report = run_job(tmp_path, script)
+    assert report["steps"]["count"] == 600
+    said = next(line for line in proc.stdout.splitlines() if line.startswith("own methods"))
+    own = int(said.split()[3])
+    assert own >= 300, said  # the steps measured in detail are the few
+    assert own < 600, said  # and on those the probe's wrapper counts the syncs
+    assert report["steps"]["syncs_per_step"] >= 1, report["steps"]

@@ -3,9 +3,13 @@ host-to-device copies from pageable memory or without non_blocking, counted per 
 a sync between two steps is timed as the step's bookkeeping (clock.py).
 
 Only a job that uses CUDA needs them: they are installed when CUDA initialises, so a
-CPU job's tensors keep their own methods. Each method is a ClassPatch on torch.Tensor
+CPU job's tensors keep their own methods. Each method is a DetailPatch on torch.Tensor
 (invisible.py): `torch.Tensor.item` is still the original to anyone who looks, and a
-call on a CPU tensor, or while torch compiles or traces, gets the original too.
+call on a CPU tensor, or while torch compiles or traces, gets the original too. So does
+every call on a step that is only counted, at once: such a step's row has no parts
+(clock.py), its syncs and copies included, and a model's forward may call `.to()` a few
+hundred times a step (each access through the full checks cost ~1 us more than the
+original, bench/RESULTS.md).
 
 GPUDOCTOR_PROBE_TENSOR_HOOKS=always installs them at once whatever the device, and
 =cpu also counts CPU tensors as if they were CUDA ones: the tests use them to run real
@@ -19,7 +23,7 @@ import time
 from typing import Any
 
 from .agent import Agent
-from .invisible import ClassPatch, drop_own_frame, tracing_checks, unseen
+from .invisible import ClassPatch, DetailPatch, drop_own_frame, tracing_checks, unseen
 
 now = time.monotonic_ns
 ENV_TENSOR_HOOKS = "GPUDOCTOR_PROBE_TENSOR_HOOKS"
@@ -90,7 +94,7 @@ class CudaHooks:
                     if t0:
                         clock.housekeeping(t0, now())
 
-            patch = ClassPatch(tensor, name, unseen(method), self.wants_sync, self.busy)
+            patch = DetailPatch(tensor, name, unseen(method), self.wants_sync, self.busy, agent)
             return patch
 
         def make_copy(name: str) -> ClassPatch:
@@ -113,7 +117,7 @@ class CudaHooks:
                     agent.error("copy", exc, self)
                 return result
 
-            patch = ClassPatch(tensor, name, unseen(method), self.wants_copy, self.busy)
+            patch = DetailPatch(tensor, name, unseen(method), self.wants_copy, self.busy, agent)
             return patch
 
         for name in SYNC_METHODS:
