@@ -186,7 +186,10 @@ def test_injected_probe_counts_the_steps_made_while_attached_and_leaves_the_job_
     ends = [int(line) for line in log.read_text().split()]
     made = sum(1 for t in ends if first - 5_000_000 <= t <= last + 5_000_000)
     count = r["steps"]["count"]
-    assert count > 100 and abs(count - made) <= max(2, made // 100), (count, made)
+    # enough steps for the count to mean something (3 s of a job that makes ~100 a second
+    # alone, and 56 in the idle CPU scripts/test.sh gives this file on a busy machine),
+    # and the count exact to 1% or 2 steps
+    assert count >= 20 and abs(count - made) <= max(2, made // 100), (count, made)
     assert "injected into pid" in " ".join(r["notes"])
 
 
