@@ -104,8 +104,9 @@ def _alike(argv: list[str]) -> str:
 
 
 def same(rows: list[dict[str, Any]], top: int = 40) -> str:
-    """The commands launched alike by more than one test: how many tests, and the CPU
-    those tests took (the candidates for one run shared between them)."""
+    """The commands launched alike by more than one test, with how many tests launched
+    each (the candidates for one run shared between them), and the processes started
+    in all."""
     tests: dict[str, set[str]] = collections.defaultdict(set)
     for r in rows:
         for argv in r.get("launched", []):
