@@ -35,13 +35,28 @@ from gpudoctor.tui.widgets import JobPanel
 pytestmark = [
     pytest.mark.timeout(240),
     pytest.mark.skipif(
-        sys.version_info >= (3, 14)
-        or (platform.machine() != "x86_64" and shutil.which("gdb") is None),
-        reason="these routes are for CPython 3.10-3.13; off x86-64 they need gdb",
+        sys.version_info < (3, 14)
+        and platform.machine() != "x86_64"
+        and shutil.which("gdb") is None,
+        reason="CPython 3.10-3.13 off x86-64 is injected by gdb, and it is not installed",
     ),
 ]
 
-ROUTE = "ptrace" if platform.machine() == "x86_64" else "gdb"  # CPython 3.10-3.13
+# the distribution's own interpreter (libpython linked in), where there is one
+DEBIAN_PYTHON = next(
+    (
+        str(p)
+        for p in sorted(Path("/usr/bin").glob("python3.*"))
+        if re.fullmatch(r"python3\.\d+", p.name)
+    ),
+    "/usr/bin/python3",
+)
+# CPython 3.14's own sys.remote_exec; before it, the doctor's ptrace call, or gdb
+ROUTE = (
+    "remote_exec" if sys.version_info >= (3, 14)
+    else "ptrace" if platform.machine() == "x86_64"
+    else "gdb"
+)  # fmt: skip
 
 # An input-bound job whose results depend only on its step count: each sample is made by
 # a fixed amount of CPU work and a wait in the DataLoader's main-process loading
@@ -130,14 +145,16 @@ def plain(
     return done
 
 
-def start(script: Path, tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
+def start(
+    script: Path, tmp_path: Path, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[str], Path]:
     """The job started plainly, its output to files; returned once it is past 50 steps."""
     log = tmp_path / "steps.log"
     out = (tmp_path / "out.txt").open("w")
     err = (tmp_path / "err.txt").open("w")
     job = subprocess.Popen(
         [PY, str(script), STEPS, str(log)], stdout=out, stderr=err, text=True,
-        preexec_fn=as_from_a_terminal,
+        preexec_fn=as_from_a_terminal, env=env,
     )  # fmt: skip
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and "step 50" not in (tmp_path / "out.txt").read_text():
@@ -262,24 +279,64 @@ def test_inject_refused_where_ptrace_is_not_allowed_leaves_the_job_untouched(
         job.wait()
 
 
+# What CPython 3.14.10's sys.remote_exec wrote, called on a job started with
+# PYTHON_DISABLE_REMOTE_DEBUG=1 (Debian's python3.14, 2026-12-06)
+REMOTE_DEBUG_OFF = """Traceback (most recent call last):
+  File "<string>", line 1, in <module>
+    import sys; sys.remote_exec(31348, "/tmp/b.py")
+                ~~~~~~~~~~~~~~~^^^^^^^^^^^^^^^^^^^^
+RuntimeError: Remote debugging is not enabled in the remote process
+"""
+
+
+def test_remote_debugging_turned_off_is_named_with_how_to_allow_it() -> None:
+    message = inject._refused(31348, REMOTE_DEBUG_OFF)
+    assert message.startswith("pid 31348's Python has remote debugging turned off")
+    assert "PYTHON_DISABLE_REMOTE_DEBUG" in message and "gpudoctor run" in message
+
+
+@pytest.mark.skipif(ROUTE != "remote_exec", reason="sys.remote_exec is CPython 3.14's")
+def test_a_job_with_remote_debugging_off_is_refused_in_one_line_and_goes_on(
+    script: Path, plain: subprocess.CompletedProcess[str], tmp_path: Path
+) -> None:
+    job, log = start(script, tmp_path, env={**os.environ, "PYTHON_DISABLE_REMOTE_DEBUG": "1"})
+    try:
+        refused = doctor(
+            "watch", "--pid", str(job.pid), "--inject", "--headless", "--max-seconds", "5",
+            timeout=60,
+        )  # fmt: skip
+        assert refused.returncode == 2, refused.stderr
+        (message,) = refused.stderr.strip().splitlines()
+        assert "remote debugging turned off" in message and "Traceback" not in message
+        assert job.poll() is None
+        assert (finish(job, tmp_path)) == (0, plain.stdout, plain.stderr)
+    finally:
+        job.kill()
+        job.wait()
+
+
 def test_inject_needs_no_gdb_on_x86_64_and_says_what_to_install_elsewhere(
     script: Path, plain: subprocess.CompletedProcess[str], tmp_path: Path, monkeypatch: Any
 ) -> None:
     job, _log = start(script, tmp_path)
     bare = {**os.environ, "PATH": str(Path(PY).parent)}  # py-spy, not gdb
+    x86 = platform.machine() == "x86_64"
     try:
-        if platform.machine() == "x86_64":  # the doctor's own ptrace call
+        if x86 or ROUTE == "remote_exec":  # the doctor's own ptrace call, or PEP 768's
             r: Any = attach_for(job.pid, "2", tmp_path / "r.json", env=bare)
             assert r["steps"]["count"] > 0
-        # off x86-64 the route is gdb's: without it, one line saying what to install
         monkeypatch.setattr("platform.machine", lambda: "aarch64")
         monkeypatch.setenv("PATH", bare["PATH"])
+        if ROUTE == "remote_exec":  # CPython 3.14 needs no debugger anywhere
+            assert inject.check_route(job.pid) == "remote_exec"
+            return
+        # off x86-64 the route is gdb's: without it, one line saying what to install
         with pytest.raises(inject.InjectError) as refused:
             inject.check_route(job.pid)
         assert "gdb is not installed" in str(refused.value)
         assert "apt-get install gdb" in str(refused.value)
     finally:
-        if platform.machine() == "x86_64":
+        if x86 or ROUTE == "remote_exec":
             code, out, err = finish(job, tmp_path)
             assert (code, out, err) == (0, plain.stdout, plain.stderr)
         job.kill()
@@ -492,6 +549,41 @@ def test_the_ptrace_route_reaches_every_cpython_on_this_machine(tmp_path: Path) 
 def test_the_route_reads_the_target_python_from_its_libpython_or_executable() -> None:
     assert inject.python_version(os.getpid()) == sys.version_info[:2]
     assert inject.python_version(2**22 + 7) is None  # no such process
+
+
+@pytest.mark.skipif(not Path(DEBIAN_PYTHON).exists(), reason=f"no {DEBIAN_PYTHON} here")
+def test_a_python_without_libpython_that_hides_its_executable_is_still_told(
+    tmp_path: Path,
+) -> None:
+    """Debian's and python.org's interpreters link libpython in (no libpython in their
+    memory map), and a job that made itself non-dumpable hides /proc/PID/exe from a
+    doctor without CAP_SYS_PTRACE: the version and the executable come from the first
+    mapping of its memory map."""
+    job = subprocess.Popen(
+        [DEBIAN_PYTHON, "-c", "import ctypes, time\n"
+         "ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE: 0\n"
+         "print('ready', flush=True)\ntime.sleep(60)\n"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert job.stdout is not None and job.stdout.readline() == "ready\n"
+        prefix = ["setpriv", "--bounding-set", "-sys_ptrace"] if os.geteuid() == 0 else []
+        told = subprocess.run(
+            [*prefix, PY, "-c", "import os, sys\n"
+             "from gpudoctor.jobs import inject\n"
+             f"try:\n    os.readlink('/proc/{job.pid}/exe')\n    print('exe shown')\n"
+             "except OSError:\n    print('exe hidden')\n"
+             f"print(inject.python_version({job.pid}), inject.executable({job.pid}))\n"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        hidden = "exe hidden" if os.geteuid() == 0 else "exe shown"  # as root, bounded
+        version = tuple(int(n) for n in Path(DEBIAN_PYTHON).name[len("python") :].split("."))
+        assert told.stdout.split("\n")[:2] == [hidden, f"{version} {DEBIAN_PYTHON}"], (
+            told.stdout + told.stderr
+        )
+    finally:
+        job.kill()
+        job.wait()
 
 
 def test_i_in_the_tui_asks_then_loads_the_probe_and_q_removes_it(

@@ -226,16 +226,28 @@ class InjectError(Exception):
 
 
 def python_version(pid: int) -> tuple[int, int] | None:
-    """The target's Python (major, minor), from its libpython or its executable's name."""
+    """The target's Python (major, minor), from its libpython or its executable's name.
+
+    Its memory map names both (the executable is its first mapping: Debian's and
+    python.org's builds link libpython in, with no libpython of their own), and can be
+    read where /proc/PID/exe cannot (a job that made itself non-dumpable)."""
+    first = ""
     try:
         with open(f"/proc/{pid}/maps") as f:
             for line in f:
+                fields = line.split()
+                if len(fields) < 6:
+                    continue
+                first = first or fields[-1]
                 if "libpython" in line:
-                    found = _VERSION.search(os.path.basename(line.split()[-1]))
+                    found = _VERSION.search(os.path.basename(fields[-1]))
                     if found:
                         return int(found[1]), int(found[2])
     except OSError:
         pass
+    found = _VERSION.fullmatch(os.path.basename(first))
+    if found:
+        return int(found[1]), int(found[2])
     with contextlib.suppress(OSError):
         found = _VERSION.search(os.path.basename(os.readlink(f"/proc/{pid}/exe")))
         if found:
@@ -293,24 +305,23 @@ def check_route(pid: int) -> str:
                 pid=pid, version=f"{version[0]}.{version[1]}"
             )
         )
-    if version >= (3, 14):
-        return "remote_exec"
-    refusal = ptrace_refusal(pid)
-    if platform.machine() == "x86_64":
-        if refusal is not None:
-            raise InjectError(refusal)
-        return "ptrace"
-    if shutil.which("gdb") is None:
+    if version >= (3, 14):  # sys.remote_exec writes into the job as a debugger would
+        route = "remote_exec"
+    elif platform.machine() == "x86_64":
+        route = "ptrace"
+    elif shutil.which("gdb") is None:
         raise InjectError(
             _(
                 "gdb is not installed: injecting into Python {version} needs it "
                 "(apt-get install gdb; Python 3.14 needs none)"
             ).format(version=f"{version[0]}.{version[1]}")
         )
+    else:
+        route = "gdb"
     refusal = ptrace_refusal(pid)
     if refusal is not None:
         raise InjectError(refusal)
-    return "gdb"
+    return route
 
 
 def inject(pid: int, folder: str, settings: dict[str, object], route: str) -> str:
@@ -362,13 +373,35 @@ def ended_before(pid: int) -> str:
 
 
 def _remote_exec(pid: int, boot: str) -> None:
-    exe = os.readlink(f"/proc/{pid}/exe")
+    """`sys.remote_exec`, called by an interpreter of the job's own version: its
+    executable (read from the memory map where /proc/PID/exe is hidden)."""
+    exe = executable(pid)
+    if exe is None:
+        if not running(pid):
+            raise InjectError(ended_before(pid))
+        raise InjectError(_refused(pid, "ptrace: Operation not permitted"))
     code = f"import sys; sys.remote_exec({pid}, {boot!r})"
-    done = subprocess.run(
-        [exe, "-I", "-c", code], capture_output=True, text=True, timeout=SAFE_POINT_WAIT_S
-    )
+    try:
+        done = subprocess.run(
+            [exe, "-I", "-c", code], capture_output=True, text=True, timeout=SAFE_POINT_WAIT_S
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise InjectError(_refused(pid, str(exc))) from None
     if done.returncode != 0:
         raise InjectError(_refused(pid, done.stderr))
+
+
+def executable(pid: int) -> str | None:
+    """The path of `pid`'s executable, or None where neither /proc/PID/exe nor its
+    memory map can be read."""
+    with contextlib.suppress(OSError):
+        return os.readlink(f"/proc/{pid}/exe")
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/maps") as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) >= 6 and fields[-1].startswith("/"):
+                return fields[-1]
+    return None
 
 
 def _by_ptrace(pid: int, boot: str) -> None:
@@ -491,6 +524,12 @@ def _refused(pid: int, output: str) -> str:
         ).format(pid=pid)
     if "No symbol" in output:
         return _no_c_api(pid)
+    if "Remote debugging is not enabled" in output:  # CPython 3.14's sys.remote_exec
+        return _(
+            "pid {pid}'s Python has remote debugging turned off (PYTHON_DISABLE_REMOTE_DEBUG "
+            "was set, or -X disable-remote-debug given, when it started): start the job "
+            "without it, or under gpudoctor run"
+        ).format(pid=pid)
     last = next((s for s in reversed(output.strip().splitlines()) if s.strip()), "")
     return _("could not inject into pid {pid}: {why}").format(pid=pid, why=last.strip()[:200])
 
