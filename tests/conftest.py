@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from gpudoctor.model import JobExit
@@ -131,3 +132,16 @@ def env_without_probe() -> dict[str, str]:
     env = dict(os.environ)
     env.pop("GPUDOCTOR_SOCKET", None)
     return env
+
+
+def kill_tree(pid: int) -> None:
+    """The process and every process below it, killed: a DataLoader's fork server and its
+    workers outlive a job killed alone (they were left running, reparented)."""
+    try:
+        root = psutil.Process(pid)
+        procs = [*root.children(recursive=True), root]
+    except psutil.Error:
+        return
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()

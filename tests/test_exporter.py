@@ -20,9 +20,10 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import yaml
-from conftest import PY, SAMPLES, as_from_a_terminal, doctor, env_without_probe
+from conftest import PY, SAMPLES, as_from_a_terminal, doctor, env_without_probe, kill_tree
 from prometheus_client.parser import text_string_to_metric_families
 from test_metrics import free_port, get, wait_for
 
@@ -378,3 +379,29 @@ def test_a_job_under_gpudoctor_run_is_served_from_its_own_doctor(tmp_path: Path)
                 except subprocess.TimeoutExpired:
                     p.kill()
         shutil.rmtree(shared, ignore_errors=True)
+
+
+def test_a_jobs_fork_server_is_not_a_training_job_of_its_own(tmp_path: Path) -> None:
+    """On CPython 3.14 a DataLoader's workers start from a fork server that has imported
+    the job's script, torch with it: the node's census takes the job, and neither that
+    server nor multiprocessing's resource tracker (nor the workers)."""
+    from test_host import FORKSERVER_LOADER
+
+    from gpudoctor.jobs.node import training_jobs
+
+    script, out = tmp_path / "loader.py", tmp_path / "out.txt"
+    script.write_text(FORKSERVER_LOADER)
+    # started apart from this process (the census leaves out the doctor's own children)
+    started = subprocess.run(
+        ["sh", "-c", f"{shlex.quote(PY)} {shlex.quote(str(script))} >{out} 2>&1 & echo $!"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    pid = int(started.stdout)
+    try:
+        wait_for(lambda: "ready" in out.read_text(), 120)
+        tree = {c.pid for c in psutil.Process(pid).children(recursive=True)}
+        assert len(tree) == 4  # the server, the tracker, two workers
+        found = {j.pid for j in training_jobs().jobs}
+        assert pid in found and not found & tree, (pid, found, tree)
+    finally:
+        kill_tree(pid)

@@ -12,10 +12,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import psutil
 import pytest
-from conftest import busy_neighbours
+from conftest import busy_neighbours, kill_tree
 
 from gpudoctor.sources.host import HostReader, newest_pid
 
@@ -184,3 +185,54 @@ def test_the_reader_counts_niced_neighbours_apart() -> None:
 def _cpu_s(p: psutil.Process) -> float:
     t = p.cpu_times()
     return t.user + t.system
+
+
+# A DataLoader's workers started by a fork server, as CPython 3.14 starts them on Linux
+FORKSERVER_LOADER = """
+import multiprocessing, sys, time, torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def main():
+    # the server with torch loaded, as on 3.14 (its server imports the job's script)
+    multiprocessing.set_forkserver_preload(["torch"])
+    data = TensorDataset(torch.randn(64, 4))
+    loader = DataLoader(data, batch_size=8, num_workers=2, persistent_workers=True,
+                        multiprocessing_context="forkserver")
+    for epoch in range(10000):
+        for (x,) in loader:
+            time.sleep(0.05)
+        if epoch == 0:
+            print("ready", flush=True)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_workers_forked_by_a_fork_server_are_the_jobs_workers(tmp_path: Path) -> None:
+    """The fork server and the resource tracker are the job's children and no worker;
+    the workers, the fork server's children, are (the TUI's job panel counts them)."""
+    script = tmp_path / "loader.py"
+    script.write_text(FORKSERVER_LOADER)
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        reader = HostReader(proc.pid)
+        reader.step_pids = {proc.pid}
+        reader.read()
+        job = reader.read().job
+        roles = {p.pid: p.role for p in job}
+        children = psutil.Process(proc.pid).children()
+        commands = {c.pid: " ".join(c.cmdline()) for c in children}
+        server = next(pid for pid, c in commands.items() if "multiprocessing.forkserver" in c)
+        tracker = next(pid for pid, c in commands.items() if "resource_tracker" in c)
+        workers = {c.pid for c in psutil.Process(server).children()}
+        assert len(workers) == 2
+        assert roles[proc.pid] == "main"
+        assert roles[server] == "child" and roles[tracker] == "child"
+        assert {pid for pid, role in roles.items() if role == "worker"} == workers
+    finally:
+        kill_tree(proc.pid)
+        proc.wait()

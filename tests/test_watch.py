@@ -26,6 +26,7 @@ from conftest import (
     doctor,
     env_without_probe,
     finding_ids,
+    kill_tree,
     top_finding,
     wait_for,
 )
@@ -74,7 +75,7 @@ def job() -> Iterator[list[subprocess.Popen[bytes]]]:
     yield started
     for proc in started:
         if proc.poll() is None:
-            proc.kill()
+            kill_tree(proc.pid)
         proc.wait()
 
 
@@ -136,32 +137,43 @@ import sys, time
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
-train = DataLoader(data, batch_size=8, num_workers=2, persistent_workers=True)
-val = DataLoader(data, batch_size=8, num_workers=2, persistent_workers=True)
-model = torch.nn.Linear(4, 1)
-for epoch in range(1000):
-    for x, y in train:
-        torch.nn.functional.mse_loss(model(x), y).backward()
-        time.sleep(0.1)  # an epoch of 0.8 s: the loaders' workers start that far apart
-    with torch.no_grad():
-        for x, y in val:
-            model(x)
-    if epoch == 1:
-        print("validated", flush=True)
+
+def main():
+    context = sys.argv[1] if len(sys.argv) > 1 else None  # multiprocessing's start method
+    data = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+    train = DataLoader(data, batch_size=8, num_workers=2, persistent_workers=True,
+                       multiprocessing_context=context)
+    val = DataLoader(data, batch_size=8, num_workers=2, persistent_workers=True,
+                     multiprocessing_context=context)
+    model = torch.nn.Linear(4, 1)
+    for epoch in range(1000):
+        for x, y in train:
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            time.sleep(0.1)  # an epoch of 0.8 s: the loaders' workers start that far apart
+        with torch.no_grad():
+            for x, y in val:
+                model(x)
+        if epoch == 1:
+            print("validated", flush=True)
+
+
+if __name__ == "__main__":  # CPython 3.14's workers start by forkserver: they import this
+    main()
 """
 
 
+@pytest.mark.parametrize("start", ["default", "forkserver"])
 def test_two_loaders_with_their_own_workers_are_two_loaders_not_one_of_four(
-    tmp_path: Path, job: list[subprocess.Popen[bytes]]
+    tmp_path: Path, job: list[subprocess.Popen[bytes]], start: str
 ) -> None:
     """timm's train and validation loaders, 2 persistent workers each: four workers
     running the job's program, seen from outside as one loader of 4 (a remedy then
-    offered more than 4); the workers started together are one loader's."""
+    offered more than 4); the workers started together are one loader's. Started by a
+    fork server (CPython 3.14's default on Linux) the workers are its children, and the
+    server and multiprocessing's resource tracker, the job's children, are no loader's."""
     (tmp_path / "two_loaders.py").write_text(TWO_LOADERS)
-    proc = subprocess.Popen(
-        [PY, str(tmp_path / "two_loaders.py")], stdout=subprocess.PIPE, env=env_without_probe()
-    )
+    command = [PY, str(tmp_path / "two_loaders.py")] + ([] if start == "default" else [start])
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, env=env_without_probe())
     job.append(proc)
     assert proc.stdout is not None and proc.stdout.readline() == b"validated\n"
     facts = outside_facts(proc.pid, HostReader(proc.pid).read(), [])

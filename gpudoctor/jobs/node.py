@@ -2,7 +2,8 @@
 
 A training process is a Python process with torch's library mapped that is none of
 torch's helpers: not a DataLoader worker (torch names them pt_data_worker), not a
-torchrun launcher (its ranks are the jobs), not a torch.compile worker. Each is named
+torchrun launcher (its ranks are the jobs), not a torch.compile worker, not
+multiprocessing's fork server or resource tracker. Each is named
 by identifiers a cluster joins on, never by free text: its `rank` (torchrun's RANK),
 `user`, the Slurm job (`hpc_job`, DCGM's name for it) and the Kubernetes `pod`,
 `namespace` and `container` where they can be read (the process's environment needs its
@@ -20,6 +21,7 @@ import psutil
 
 from gpudoctor.jobs.watched import WORKER_NAME, is_launcher, loading_torch
 from gpudoctor.probe import ENV_SOCKET
+from gpudoctor.sources.host import multiprocessing_server
 
 _PYTHON = re.compile(r"^(python|pypy)[\d.]*$")
 # A label value that is an identifier: what does not match is left out (DCGM's exporter
@@ -101,12 +103,17 @@ def _descendants(pid: int) -> list[psutil.Process]:
 
 
 def _helper(proc: psutil.Process) -> bool:
-    """One of torch's own processes, not a job: a torch.compile worker."""
+    """One of torch's or Python's own processes, not a job: a torch.compile worker, or
+    multiprocessing's fork server or resource tracker (a job's DataLoader starts them on
+    CPython 3.14, the fork server with the job's script and torch loaded)."""
     try:
-        command = " ".join(proc.cmdline())
+        command = proc.cmdline()
+        if "compile_worker" in " ".join(command):
+            return True
+        parent = proc.parent()
+        return multiprocessing_server(command, parent.cmdline() if parent is not None else [])
     except psutil.Error:
         return True
-    return "compile_worker" in command
 
 
 def _launched(proc: psutil.Process) -> bool:

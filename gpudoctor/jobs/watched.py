@@ -35,7 +35,7 @@ from gpudoctor.jobs.inject import (
 from gpudoctor.jobs.source import Recorder, ask_for_profile
 from gpudoctor.model import EndedBy, GpuSample, HostSample, JobExit, StackChunk
 from gpudoctor.processes import owner_uid
-from gpudoctor.sources.host import HostReader
+from gpudoctor.sources.host import FORK_SERVER, HostReader, multiprocessing_server
 from gpudoctor.sources.nvml import NvmlReader
 from gpudoctor.sources.probe_server import ProbeServer
 from gpudoctor.sources.rendezvous import launcher_at
@@ -518,10 +518,15 @@ def outside_facts(pid: int, host: HostSample | None, gpus: list[GpuSample]) -> d
     if host is not None:
         main = next((p for p in host.job if p.pid == pid), None)
         if main is not None:
+            # forked by the job, or by its fork server (CPython 3.14's DataLoader workers)
+            servers = {p.pid: _server(p.pid, pid) for p in host.job if p.ppid == pid}
+            forkers = {pid, *(s for s, kind in servers.items() if kind == "fork")}
             workers = [
                 p
                 for p in host.job
-                if p.ppid == pid and (p.name == main.name or p.name.startswith(WORKER_NAME))
+                if p.ppid in forkers
+                and servers.get(p.pid) is None
+                and (p.name == main.name or p.name.startswith(WORKER_NAME))
             ]
             sizes = loader_sizes([_started(p.pid) for p in workers])
             facts["dataloaders"] = [
@@ -552,6 +557,18 @@ def loader_sizes(started: list[float | None]) -> list[int]:
         sizes[-1] += 1
         last = t
     return sizes
+
+
+def _server(pid: int, parent: int) -> str | None:
+    """ "fork" for multiprocessing's fork server, "tracker" for its resource tracker,
+    None for any other process (or one that has ended)."""
+    try:
+        command = psutil.Process(pid).cmdline()
+        if not multiprocessing_server(command, psutil.Process(parent).cmdline()):
+            return None
+    except psutil.Error:
+        return None
+    return "fork" if FORK_SERVER in " ".join(command) else "tracker"
 
 
 def _started(pid: int) -> float | None:

@@ -39,6 +39,7 @@ class HostReader:
         self.job_pid = job_pid
         self.step_pids: set[int] = set()
         self._procs: dict[int, psutil.Process] = {}
+        self._servers: dict[int, int | None] = {}  # multiprocessing's, in the job's tree
         # the job's tree as last scanned, and the newest pid on the machine then
         self._tree: list[int] = []
         self._newest_pid: int | None = None
@@ -151,6 +152,8 @@ class HostReader:
                     status = p.status()
                     threads = p.num_threads()
                     read_rate, write_rate = self._io_rate(p, now)
+                if first:
+                    self._note_server(p, ppid)
             except psutil.Error:
                 continue
             out.append(
@@ -174,7 +177,18 @@ class HostReader:
             if pid not in alive:
                 del self._procs[pid]
                 self._proc_io.pop(pid, None)
+                self._servers.pop(pid, None)
         return tuple(out)
+
+    def _note_server(self, p: psutil.Process, ppid: int) -> None:
+        """A new process of the job's tree that is one of multiprocessing's servers
+        (`_servers`: a fork server's parent, whose workers it forks; None for the
+        resource tracker): read once, its command line and its parent's."""
+        if ppid <= 1:
+            return
+        command = p.cmdline()
+        if multiprocessing_server(command, self._proc(ppid).cmdline()):
+            self._servers[p.pid] = ppid if FORK_SERVER in " ".join(command) else None
 
     def _tree_pids(self) -> list[int]:
         """The job and its descendants. Finding them reads every process's stat file
@@ -230,9 +244,31 @@ class HostReader:
     def _role(self, pid: int, ppid: int) -> str:
         if pid in self.step_pids or (not self.step_pids and pid == self.job_pid):
             return "main"
-        if ppid in self.step_pids:
-            return "worker"
+        if pid in self._servers:  # multiprocessing's own: no worker
+            return "child"
+        if ppid in self.step_pids or self._servers.get(ppid) in self.step_pids:
+            return "worker"  # forked by the training process, or by its fork server
         return "child"
+
+
+# The command lines Python's multiprocessing gives its own servers (Lib/multiprocessing/
+# forkserver.py and resource_tracker.py: `python -c "from multiprocessing.forkserver
+# import main; main(...)"`). CPython 3.14 starts a DataLoader's workers by forkserver on
+# Linux (its default start method there): the job's children are then the fork server
+# and the resource tracker, and the workers are the fork server's children, each with
+# the server's command line.
+FORK_SERVER = "from multiprocessing.forkserver import main"
+RESOURCE_TRACKER = "from multiprocessing.resource_tracker import main"
+
+
+def multiprocessing_server(command: list[str], parent_command: list[str]) -> bool:
+    """A process is one of multiprocessing's servers (not a worker nor a job): the fork
+    server (a process forked from it has its command line too, and it for a parent) or
+    the resource tracker."""
+    line = " ".join(command)
+    if RESOURCE_TRACKER in line:
+        return True
+    return FORK_SERVER in line and FORK_SERVER not in " ".join(parent_command)
 
 
 def newest_pid() -> int | None:
