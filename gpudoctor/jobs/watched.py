@@ -519,7 +519,11 @@ def outside_facts(pid: int, host: HostSample | None, gpus: list[GpuSample]) -> d
         main = next((p for p in host.job if p.pid == pid), None)
         if main is not None:
             # forked by the job, or by its fork server (CPython 3.14's DataLoader workers)
-            servers = {p.pid: _server(p.pid, pid) for p in host.job if p.ppid == pid}
+            servers = {
+                p.pid: _server(p.pid, pid)
+                for p in host.job
+                if p.ppid == pid and not p.name.startswith(WORKER_NAME)  # a worker serves none
+            }
             forkers = {pid, *(s for s, kind in servers.items() if kind == "fork")}
             workers = [
                 p

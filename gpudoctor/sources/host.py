@@ -184,10 +184,14 @@ class HostReader:
         """A new process of the job's tree that is one of multiprocessing's servers
         (`_servers`: a fork server's parent, whose workers it forks; None for the
         resource tracker): read once, its command line and its parent's."""
-        if ppid <= 1:
+        if p.pid == self.job_pid or ppid <= 1:
             return
-        command = p.cmdline()
-        if multiprocessing_server(command, self._proc(ppid).cmdline()):
+        try:  # unreadable (another user's parent, hidepid): taken as no server
+            command = p.cmdline()
+            server = multiprocessing_server(command, psutil.Process(ppid).cmdline())
+        except psutil.Error:
+            return
+        if server:
             self._servers[p.pid] = ppid if FORK_SERVER in " ".join(command) else None
 
     def _tree_pids(self) -> list[int]:
