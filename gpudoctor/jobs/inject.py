@@ -228,31 +228,20 @@ class InjectError(Exception):
 def python_version(pid: int) -> tuple[int, int] | None:
     """The target's Python (major, minor), from its libpython or its executable's name.
 
-    Its memory map names both (the executable is its first mapping: Debian's and
-    python.org's builds link libpython in, with no libpython of their own), and can be
-    read where /proc/PID/exe cannot (a job that made itself non-dumpable)."""
-    first = ""
+    Debian's and python.org's builds link libpython in, with no libpython of their own:
+    their executable's name tells (`executable`)."""
     try:
         with open(f"/proc/{pid}/maps") as f:
             for line in f:
-                fields = line.split()
-                if len(fields) < 6:
-                    continue
-                first = first or fields[-1]
                 if "libpython" in line:
-                    found = _VERSION.search(os.path.basename(fields[-1]))
+                    found = _VERSION.search(os.path.basename(line.split()[-1]))
                     if found:
                         return int(found[1]), int(found[2])
     except OSError:
         pass
-    found = _VERSION.fullmatch(os.path.basename(first))
-    if found:
-        return int(found[1]), int(found[2])
-    with contextlib.suppress(OSError):
-        found = _VERSION.search(os.path.basename(os.readlink(f"/proc/{pid}/exe")))
-        if found:
-            return int(found[1]), int(found[2])
-    return None
+    exe = executable(pid)
+    found = _VERSION.search(os.path.basename(exe)) if exe is not None else None
+    return (int(found[1]), int(found[2])) if found else None
 
 
 def ptrace_refusal(pid: int) -> str | None:
@@ -392,8 +381,9 @@ def _remote_exec(pid: int, boot: str) -> None:
 
 
 def executable(pid: int) -> str | None:
-    """The path of `pid`'s executable, or None where neither /proc/PID/exe nor its
-    memory map can be read."""
+    """The path of `pid`'s executable: /proc/PID/exe, or the first mapping of its memory
+    map, which can be read where /proc/PID/exe cannot (a job that made itself
+    non-dumpable, for a doctor without CAP_SYS_PTRACE); None where neither can."""
     with contextlib.suppress(OSError):
         return os.readlink(f"/proc/{pid}/exe")
     with contextlib.suppress(OSError), open(f"/proc/{pid}/maps") as f:

@@ -107,11 +107,9 @@ def _helper(proc: psutil.Process) -> bool:
     multiprocessing's fork server or resource tracker (a job's DataLoader starts them on
     CPython 3.14, the fork server with the job's script and torch loaded)."""
     try:
-        command = proc.cmdline()
-        if "compile_worker" in " ".join(command):
+        if "compile_worker" in " ".join(proc.cmdline()):
             return True
-        parent = proc.parent()
-        return multiprocessing_server(command, parent.cmdline() if parent is not None else [])
+        return multiprocessing_server(proc.pid, proc.ppid()) is not None
     except psutil.Error:
         return True
 

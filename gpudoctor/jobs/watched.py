@@ -35,7 +35,7 @@ from gpudoctor.jobs.inject import (
 from gpudoctor.jobs.source import Recorder, ask_for_profile
 from gpudoctor.model import EndedBy, GpuSample, HostSample, JobExit, StackChunk
 from gpudoctor.processes import owner_uid
-from gpudoctor.sources.host import FORK_SERVER, HostReader, multiprocessing_server
+from gpudoctor.sources.host import HostReader, multiprocessing_server
 from gpudoctor.sources.nvml import NvmlReader
 from gpudoctor.sources.probe_server import ProbeServer
 from gpudoctor.sources.rendezvous import launcher_at
@@ -520,7 +520,7 @@ def outside_facts(pid: int, host: HostSample | None, gpus: list[GpuSample]) -> d
         if main is not None:
             # forked by the job, or by its fork server (CPython 3.14's DataLoader workers)
             servers = {
-                p.pid: _server(p.pid, pid)
+                p.pid: multiprocessing_server(p.pid, pid)
                 for p in host.job
                 if p.ppid == pid and not p.name.startswith(WORKER_NAME)  # a worker serves none
             }
@@ -561,18 +561,6 @@ def loader_sizes(started: list[float | None]) -> list[int]:
         sizes[-1] += 1
         last = t
     return sizes
-
-
-def _server(pid: int, parent: int) -> str | None:
-    """ "fork" for multiprocessing's fork server, "tracker" for its resource tracker,
-    None for any other process (or one that has ended)."""
-    try:
-        command = psutil.Process(pid).cmdline()
-        if not multiprocessing_server(command, psutil.Process(parent).cmdline()):
-            return None
-    except psutil.Error:
-        return None
-    return "fork" if FORK_SERVER in " ".join(command) else "tracker"
 
 
 def _started(pid: int) -> float | None:

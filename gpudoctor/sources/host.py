@@ -183,16 +183,10 @@ class HostReader:
     def _note_server(self, p: psutil.Process, ppid: int) -> None:
         """A new process of the job's tree that is one of multiprocessing's servers
         (`_servers`: a fork server's parent, whose workers it forks; None for the
-        resource tracker): read once, its command line and its parent's."""
-        if p.pid == self.job_pid or ppid <= 1:
-            return
-        try:  # unreadable (another user's parent, hidepid): taken as no server
-            command = p.cmdline()
-            server = multiprocessing_server(command, psutil.Process(ppid).cmdline())
-        except psutil.Error:
-            return
-        if server:
-            self._servers[p.pid] = ppid if FORK_SERVER in " ".join(command) else None
+        resource tracker), told once."""
+        kind = multiprocessing_server(p.pid, ppid)
+        if kind is not None:
+            self._servers[p.pid] = ppid if kind == "fork" else None
 
     def _tree_pids(self) -> list[int]:
         """The job and its descendants. Finding them reads every process's stat file
@@ -265,14 +259,21 @@ FORK_SERVER = "from multiprocessing.forkserver import main"
 RESOURCE_TRACKER = "from multiprocessing.resource_tracker import main"
 
 
-def multiprocessing_server(command: list[str], parent_command: list[str]) -> bool:
-    """A process is one of multiprocessing's servers (not a worker nor a job): the fork
-    server (a process forked from it has its command line too, and it for a parent) or
-    the resource tracker."""
-    line = " ".join(command)
-    if RESOURCE_TRACKER in line:
-        return True
-    return FORK_SERVER in line and FORK_SERVER not in " ".join(parent_command)
+def multiprocessing_server(pid: int, ppid: int) -> str | None:
+    """Whether `pid` (whose parent is `ppid`) is one of multiprocessing's servers, not a
+    worker nor a job: "fork" for the fork server (a process forked from it has its
+    command line too, and the server for a parent: read only then), "tracker" for the
+    resource tracker, None for any other process or one that cannot be read (another
+    user's, hidepid)."""
+    try:
+        line = " ".join(psutil.Process(pid).cmdline())
+        if RESOURCE_TRACKER in line:
+            return "tracker"
+        if FORK_SERVER in line and FORK_SERVER not in " ".join(psutil.Process(ppid).cmdline()):
+            return "fork"
+    except psutil.Error:
+        pass
+    return None
 
 
 def newest_pid() -> int | None:
