@@ -1,8 +1,13 @@
 """The doctor's folders under the system's temp directory: one per followed job (the
 probe's socket, its counter pages, the control file; py-spy's output in watch mode),
-owner-only (mkdtemp makes them 0700), named for the doctor's pid so that a doctor that
-starts can remove those whose doctor is gone (killed, or its terminal closed on an old
-version): a normal exit removes its own.
+owner-only (mkdtemp makes them 0700), named for the doctor's pid and when it started
+so that a doctor that starts can remove those whose doctor is gone (killed, or its
+terminal closed on an old version): a normal exit removes its own.
+
+When the doctor started is its start time in clock ticks since boot (/proc/PID/stat),
+not a wall-clock time: the wall clock moves when it is set (NTP stepping it, a virtual
+machine resumed), and a folder judged by it could be taken from a live doctor. Removed
+so, the probe's socket and counter pages go with it and the job runs on unseen.
 """
 
 from __future__ import annotations
@@ -15,13 +20,18 @@ from pathlib import Path
 
 import psutil
 
-_NAME = re.compile(r"gpudoctor-(?:run|stacks)-(\d+)-")
+# gpudoctor-run-PID-tTICKS-RANDOM; before the start ticks: gpudoctor-run-PID-RANDOM
+# (mkdtemp's RANDOM has no "-", so the ticks part cannot be read into an old name)
+_NAME = re.compile(r"gpudoctor-(?:run|stacks)-(\d+)-(?:t(\d+)-)?")
 
 
 def make(kind: str) -> str:
     """A new folder for this doctor (`kind`: run or stacks), after clearing stale ones."""
     clean_stale()
-    return tempfile.mkdtemp(prefix=f"gpudoctor-{kind}-{os.getpid()}-")
+    pid = os.getpid()
+    ticks = start_ticks(pid)
+    started = f"t{ticks}-" if ticks is not None else ""
+    return tempfile.mkdtemp(prefix=f"gpudoctor-{kind}-{pid}-{started}")
 
 
 def clean_stale(base: Path | None = None) -> list[Path]:
@@ -42,16 +52,34 @@ def clean_stale(base: Path | None = None) -> list[Path]:
             continue
         if st.st_uid != os.getuid() or not entry.is_dir(follow_symlinks=False):
             continue
-        if _alive(int(match.group(1)), st.st_mtime):
+        ticks = int(match.group(2)) if match.group(2) is not None else None
+        if _alive(int(match.group(1)), ticks, st.st_mtime):
             continue
         shutil.rmtree(entry.path, ignore_errors=True)
         removed.append(Path(entry.path))
     return removed
 
 
-def _alive(pid: int, made: float) -> bool:
-    """The doctor that made the folder still runs: its pid is there and started before
-    the folder was made (a later process given the same pid is not it)."""
+def start_ticks(pid: int) -> int | None:
+    """When the process started, in clock ticks since boot (the 22nd field of
+    /proc/PID/stat, after the command name in parentheses); None where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        return int(stat[stat.rindex(b")") + 2 :].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _alive(pid: int, ticks: int | None, made: float) -> bool:
+    """The doctor that made the folder still runs: its pid is there and it is the same
+    process (the start ticks its folder's name holds; a later process given the same
+    pid started later). A folder named without them (an older doctor's), or where
+    /proc cannot tell: the process started before the folder was last changed."""
+    if ticks is not None:
+        now = start_ticks(pid)
+        if now is not None or not psutil.pid_exists(pid):
+            return now == ticks
     try:
         return psutil.Process(pid).create_time() <= made + 1.0
     except psutil.Error:

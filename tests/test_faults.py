@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -212,12 +213,18 @@ def test_a_store_on_a_full_filesystem_loses_nothing_unsaid(tmp_path: Path) -> No
 # -- the probe's socket, the job's own doings -----------------------------------------------
 
 
-def test_the_probe_socket_removed_mid_run_is_made_again(tmp_path: Path) -> None:
+@pytest.mark.parametrize("removed", ["socket", "folder"])
+def test_the_probe_socket_removed_mid_run_is_made_again(tmp_path: Path, removed: str) -> None:
+    """A stray rm, or a cleaner of /tmp taking the doctor's whole folder (the socket and
+    the counter pages): the doctor makes it again, the probe sends on, every step counted."""
     script = job(tmp_path)
     doctor_proc = start(tmp_path, PY, str(script), "1200", "0.004")
     path = the_job(doctor_proc).environ()["GPUDOCTOR_SOCKET"]
     wait_for_line(tmp_path / "out.txt", "step 80 ")
-    os.unlink(path)
+    if removed == "socket":
+        os.unlink(path)
+    else:
+        shutil.rmtree(os.path.dirname(path))
     assert doctor_proc.wait(timeout=120) == 0
     report = report_of(tmp_path)
     assert report["steps"]["count"] == 1200

@@ -304,3 +304,28 @@ def test_a_killed_doctors_run_folder_is_removed_by_the_next(tmp_path: Path) -> N
         assert mine not in run_folders.clean_stale() and mine.exists()
     finally:
         mine.rmdir()
+
+
+def test_a_live_doctors_folder_is_kept_after_the_clock_is_set_forward(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wall clock moves when it is set (NTP stepping it, a virtual machine resumed).
+    A live doctor's folder then reads as last changed long before its doctor started,
+    and was taken for a dead doctor's by the next doctor to start: its job's probe
+    socket and counter pages went with it, and that job ran on with 0 steps counted.
+    Which doctor a folder is for is told by when it started in ticks since boot."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    live = Path(run_folders.make("run"))
+    an_hour_ago = time.time() - 3600  # as it reads once the clock was set an hour on
+    os.utime(live, (an_hour_ago, an_hour_ago))
+    # when this process started, in ticks since boot (proc(5): /proc/PID/stat's 22nd field)
+    ticks = int(Path(f"/proc/{os.getpid()}/stat").read_bytes().rsplit(b")", 1)[1].split()[19])
+    # this pid, another start: a dead doctor's folder whose pid was given again
+    reused = tmp_path / f"gpudoctor-run-{os.getpid()}-t{ticks - 1}-k2v9x0aq"
+    reused.mkdir()
+    # an older doctor's name, without its start: told as before, by the folder's time
+    older = tmp_path / f"gpudoctor-stacks-{os.getpid()}-p1wq7c3z"
+    older.mkdir()
+    assert run_folders.clean_stale(tmp_path) == [reused]
+    assert live.exists() and older.exists() and not reused.exists()
+    assert f"-{os.getpid()}-t{ticks}-" in live.name

@@ -61,11 +61,12 @@ class Channel:
             return FULL  # anything else (ENOBUFS, ...): as full, tried again later
 
     def _doctor_alive(self) -> bool:
-        """The socket is missing: is the doctor still there to make it again?"""
-        if not os.path.isdir(os.path.dirname(self.path)):
-            return False  # the doctor removed its folder: it has finished
+        """The socket is missing: is the doctor still there to make it again? Its pid
+        says, where known: a folder removed under a live doctor (a cleaner of /tmp) is
+        made again by it."""
         if self.doctor_pid is None:
-            return True
+            # the doctor removes its folder when it has finished
+            return os.path.isdir(os.path.dirname(self.path))
         try:
             os.kill(self.doctor_pid, 0)
         except ProcessLookupError:

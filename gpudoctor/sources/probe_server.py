@@ -41,8 +41,8 @@ class ProbeServer:
 
     def still_bound(self) -> bool:
         """Whether the socket file is still this socket's. When someone removed it (a
-        cleaner of temp folders, a stray rm), it is made again at once: the probes try
-        again with the rows they kept. False when it was made again (the file
+        cleaner of temp folders, a stray rm; its folder with it), it is made again at
+        once: the probes try again with the rows they kept. False when it was made again (the file
         descriptor changed: wait on the new one)."""
         try:
             if os.stat(self.path).st_ino == self._inode:
@@ -54,10 +54,12 @@ class ProbeServer:
         old = self._sock
         with contextlib.suppress(OSError):
             os.unlink(self.path)  # someone else's file in its place: ours wins
+        with contextlib.suppress(OSError):  # its folder gone too (a cleaner of /tmp):
+            os.mkdir(os.path.dirname(self.path), 0o700)  # made again, owner-only
         try:
             self._sock = self._bind()
         except OSError:
-            return True  # the folder is gone too: nothing to wait on anew
+            return True  # cannot be made again: nothing to wait on anew
         self.pending = self._drain(old)
         old.close()
         self.remade.append(time.monotonic_ns())
