@@ -5,14 +5,16 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 # The TUI's terminal tests drive the real app in tmux, the metrics test has a real
 # Prometheus scrape it, the HTML report is opened in a real headless chromium, with a
-# CJK font for its Chinese page, and systemd's own check reads the shipped unit (Debian
-# packages).
+# CJK font for its Chinese page, systemd's own check reads the shipped unit, and lldb
+# injects the probe (Debian packages).
 missing=""
 command -v tmux >/dev/null || missing="$missing tmux"
 command -v prometheus >/dev/null || missing="$missing prometheus"
 command -v chromium >/dev/null || missing="$missing chromium"
 # systemd-analyze checks the shipped systemd unit (systemd need not be running)
 command -v systemd-analyze >/dev/null || missing="$missing systemd"
+# lldb injects the probe where gdb is missing (test_inject runs that route for real)
+command -v lldb >/dev/null || missing="$missing lldb"
 # a CJK font: the Chinese HTML page is drawn in the browser and checked by its pixels
 [ -e /usr/share/fonts/truetype/wqy/wqy-zenhei.ttc ] || missing="$missing fonts-wqy-zenhei"
 if [ -n "$missing" ]; then

@@ -195,10 +195,15 @@ def test_injected_probe_counts_the_steps_made_while_attached_and_leaves_the_job_
     assert top_finding(r)["id"] == "input-bound", [f["id"] for f in r["findings"]]
     split = r["steps"]["split"]
     assert split["data_wait"] > 0.5 and split["forward"] > 0 and split["optimizer"] > 0
-    # the count: the steps the job logged between the first and the last step the probe saw
+    assert_counted_while_attached(r, job.pid, log)
+    assert "injected into pid" in " ".join(r["notes"])
+
+
+def assert_counted_while_attached(r: Any, pid: int, log: Path) -> None:
+    """The report's count is the steps the job logged between the first and the last
+    step the probe saw."""
     timeline = Store(Path(os.environ["GPUDOCTOR_STORE"])).load(r["session"])
-    (pid,) = timeline.steps
-    assert pid == job.pid
+    assert list(timeline.steps) == [pid]
     first, last = timeline.steps[pid][0].t_end_mono_ns, timeline.steps[pid][-1].t_end_mono_ns
     ends = [int(line) for line in log.read_text().split()]
     made = sum(1 for t in ends if first - 5_000_000 <= t <= last + 5_000_000)
@@ -207,7 +212,46 @@ def test_injected_probe_counts_the_steps_made_while_attached_and_leaves_the_job_
     # alone, and 56 in the idle CPU scripts/test.sh gives this file on a busy machine),
     # and the count exact to 1% or 2 steps
     assert count >= 20 and abs(count - made) <= max(2, made // 100), (count, made)
-    assert "injected into pid" in " ".join(r["notes"])
+
+
+@pytest.mark.skipif(ROUTE == "remote_exec", reason="CPython 3.14 is injected by sys.remote_exec")
+@pytest.mark.skipif(
+    shutil.which("lldb") is None, reason="lldb is not installed (scripts/test.sh installs it)"
+)
+def test_lldb_injects_where_gdb_is_missing_and_leaves_the_job_as_it_was(
+    script: Path, plain: subprocess.CompletedProcess[str], tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Off x86-64 a machine may have lldb and no gdb: lldb is the route there. Here it is
+    run the same way, named by GPUDOCTOR_INJECT_ROUTE: the count exact, the job as it
+    was (on an x86-64 CPU with AMX, refused: a debugger's call breaks the job there). A
+    route that is not one is refused in one line."""
+    job, log = start(script, tmp_path)
+    lldb_only = tmp_path / "bin"
+    lldb_only.mkdir()
+    (lldb_only / "lldb").symlink_to(str(shutil.which("lldb")))
+    with monkeypatch.context() as m:
+        m.setattr("platform.machine", lambda: "aarch64")
+        m.setenv("PATH", f"{Path(PY).parent}{os.pathsep}{lldb_only}")
+        assert inject.check_route(job.pid) == "lldb"
+    bad = doctor(
+        "watch", "--pid", str(job.pid), "--inject", "--headless", "--max-seconds", "1",
+        env={**os.environ, "GPUDOCTOR_INJECT_ROUTE": "telepathy"},
+    )  # fmt: skip
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    assert "GPUDOCTOR_INJECT_ROUTE=telepathy: the routes are" in bad.stderr
+    lldb = {**os.environ, "GPUDOCTOR_INJECT_ROUTE": "lldb"}
+    if platform.machine() == "x86_64" and inject.amx_state():
+        # a debugger's call breaks a job on a CPU with AMX (gdb 13's did: OSError 514 in
+        # its time.sleep, on this project's CI machines): refused, the job untouched
+        refused = doctor("watch", "--pid", str(job.pid), "--inject", "--headless", env=lldb)
+        assert refused.returncode == 2 and "AMX register state" in refused.stderr, refused.stderr
+        assert (finish(job, tmp_path)) == (0, plain.stdout, plain.stderr)
+        return
+    r: Any = attach_for(job.pid, "3", tmp_path / "r.json", env=lldb)
+    code, out, err = finish(job, tmp_path)
+    assert (code, out, err) == (0, plain.stdout, plain.stderr)
+    assert r["mode"] == "inject" and r["ended_by"] == "detached"
+    assert_counted_while_attached(r, job.pid, log)
 
 
 def test_a_doctor_killed_while_attached_leaves_the_job_as_it_was_and_a_second_attach_works(

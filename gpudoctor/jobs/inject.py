@@ -17,6 +17,11 @@ The route, by the target's Python:
   interpreter for a pending call of a harmless function and lets the process run on; at
   the breakpoint on that function the boot script runs (`PyRun_SimpleString`), and gdb
   detaches; a signal inside the call unwinds it (gdb's unwindonsignal).
+- Where gdb is missing there, lldb in batch mode, the same way: the boot script runs in
+  the breakpoint's own commands, so a wait cut short (no safe point in time) detaches
+  without running it.
+- `GPUDOCTOR_INJECT_ROUTE` (ptrace, gdb, lldb) names another route where the one chosen
+  does not work on a machine.
 
 The boot script loads the probe under its private name from this installation (once:
 a second attach reuses it) and calls its `attach` (probe/injected.py), then writes what
@@ -77,6 +82,9 @@ PASSED_SIGNALS = (
     "SIGCHLD", "SIGALRM", "SIGUSR1", "SIGUSR2", "SIGPIPE", "SIGWINCH", "SIGTERM", "SIGHUP",
     "SIGPROF", "SIGVTALRM", "SIGIO", "SIGURG", "SIGCONT", "SIGTTIN", "SIGTTOU", "SIGQUIT",
 )  # fmt: skip
+# Another route than the one chosen, where that one does not work on a machine
+ENV_ROUTE = "GPUDOCTOR_INJECT_ROUTE"
+ROUTES = ("remote_exec", "ptrace", "gdb", "lldb")
 _VERSION = re.compile(r"(?:lib)?python(\d)\.(\d+)")
 
 BOOT = """\
@@ -194,6 +202,27 @@ end
 continue
 """
 
+# lldb's (14): the same steps as gdb's. The function addresses go through variables of
+# its own (an argument `&PyCallable_Check` fails its IR rewrite without debug
+# information), the breakpoint is on the function's first instruction (-K false: its
+# prologue not skipped, the argument still in its register), and the boot script runs in
+# the breakpoint's commands: an interrupted wait goes on to `process detach` alone.
+LLDB_SCRIPT = """\
+settings set target.preload-symbols false
+process handle -s false -n false -p true {signals}
+expr -- void *$gpudoctor_check = (void *)PyCallable_Check
+expr -- void *$gpudoctor_add = (void *)Py_AddPendingCall
+expr -- void *$gpudoctor_run = (void *)PyRun_SimpleString
+expr -- ((int (*)(void *, void *))$gpudoctor_add)($gpudoctor_check, (void *)0)
+breakpoint set -n PyCallable_Check -K false -c '{first_argument} == 0'
+breakpoint command add 1
+breakpoint disable 1
+expr -- ((int (*)(const char *))$gpudoctor_run)("{run}")
+DONE
+continue
+process detach
+"""
+
 
 def main_thread_importing(py_spy: str | None, pid: int) -> bool | None:
     """Whether the job's main thread is inside an import now, read from outside without
@@ -281,7 +310,7 @@ def has_cap_ptrace() -> bool:
 
 
 def check_route(pid: int) -> str:
-    """The route for `pid` ("remote_exec" or "gdb"); InjectError when there is none."""
+    """The route for `pid` (ROUTES); InjectError when there is none."""
     version = python_version(pid)
     if version is None:
         raise InjectError(
@@ -294,23 +323,69 @@ def check_route(pid: int) -> str:
                 pid=pid, version=f"{version[0]}.{version[1]}"
             )
         )
-    if version >= (3, 14):  # sys.remote_exec writes into the job as a debugger would
+    chosen = os.environ.get(ENV_ROUTE, "").strip()
+    if chosen:
+        route = _named_route(chosen, version)
+    elif version >= (3, 14):  # sys.remote_exec writes into the job as a debugger would
         route = "remote_exec"
     elif platform.machine() == "x86_64":
         route = "ptrace"
-    elif shutil.which("gdb") is None:
+    elif shutil.which("gdb") is not None:
+        route = "gdb"
+    elif shutil.which("lldb") is not None:
+        route = "lldb"
+    else:
         raise InjectError(
             _(
-                "gdb is not installed: injecting into Python {version} needs it "
+                "gdb is not installed: injecting into Python {version} needs it, or lldb "
                 "(apt-get install gdb; Python 3.14 needs none)"
             ).format(version=f"{version[0]}.{version[1]}")
         )
-    else:
-        route = "gdb"
     refusal = ptrace_refusal(pid)
     if refusal is not None:
         raise InjectError(refusal)
     return route
+
+
+def _named_route(route: str, version: tuple[int, int]) -> str:
+    """The route GPUDOCTOR_INJECT_ROUTE names, when it can serve this Python here."""
+    if route not in ROUTES:
+        raise InjectError(
+            _("{name}={route}: the routes are {routes}").format(
+                name=ENV_ROUTE, route=route, routes=", ".join(ROUTES)
+            )
+        )
+    if route == "remote_exec" and version < (3, 14):
+        raise InjectError(
+            _("{name}=remote_exec: sys.remote_exec is Python 3.14's").format(name=ENV_ROUTE)
+        )
+    if route == "ptrace" and platform.machine() != "x86_64":
+        raise InjectError(
+            _("{name}=ptrace: the doctor's own ptrace call is x86-64's").format(name=ENV_ROUTE)
+        )
+    if route in ("gdb", "lldb") and shutil.which(route) is None:
+        raise InjectError(
+            _("{name}={route}: {route} is not installed").format(name=ENV_ROUTE, route=route)
+        )
+    if route in ("gdb", "lldb") and platform.machine() == "x86_64" and amx_state():
+        raise InjectError(
+            _(
+                "{name}={route}: a debugger's call breaks a job on this CPU (its AMX "
+                "register state is larger than the debugger writes back); the route chosen "
+                "without it needs no debugger"
+            ).format(name=ENV_ROUTE, route=route)
+        )
+    return route
+
+
+def amx_state() -> bool:
+    """Whether this CPU has AMX tiles (Sapphire Rapids and later: an XSAVE area of about
+    11 KiB), whose state gdb 13 wrote back short (jobs/ptrace.py says what that did)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("flags") and " amx_tile" in line for line in f)
+    except OSError:
+        return False
 
 
 def inject(pid: int, folder: str, settings: dict[str, object], route: str) -> str:
@@ -335,6 +410,8 @@ def inject(pid: int, folder: str, settings: dict[str, object], route: str) -> st
         _remote_exec(pid, boot)
     elif route == "ptrace":
         _by_ptrace(pid, boot)
+    elif route == "lldb":
+        _lldb(pid, boot)
     else:
         _gdb(pid, boot)
     deadline = time.monotonic() + RESULT_WAIT_S
@@ -447,12 +524,9 @@ def _by_ptrace(pid: int, boot: str) -> None:
 
 
 def _gdb(pid: int, boot: str) -> None:
-    if not re.fullmatch(r"[\w./+-]+", boot):  # it goes into a C string inside gdb's script
-        raise InjectError(_("the doctor's folder has an unusual path: {path}").format(path=boot))
-    register = "$x0" if platform.machine() in ("aarch64", "arm64") else "$rdi"
     script = GDB_SCRIPT.format(
-        first_argument=register,
-        run=c_string(RUN_BOOT.format(path=boot, page=0)),
+        first_argument=_first_argument(),
+        run=c_string(RUN_BOOT.format(path=_plain_path(boot), page=0)),
         signals=" ".join(PASSED_SIGNALS),
     )
     commands = os.path.join(os.path.dirname(boot), "inject.gdb")
@@ -460,39 +534,79 @@ def _gdb(pid: int, boot: str) -> None:
     # no debug information read at all, no library's symbols but the two named
     argv = ["gdb", "-q", "-nx", "-batch", "--readnever", "-iex", "set auto-solib-add off"]
     argv += ["-iex", "set auto-load off"]
-    gdb = subprocess.Popen(
-        [*argv, "-p", str(pid), "-x", commands],
+    output, timed_out = _debugger([*argv, "-p", str(pid), "-x", commands])
+    if re.search(r"^\$2 = ", output, re.MULTILINE):
+        return  # the script ran (its call returned: gdb printed the value)
+    exited = r"^\[Inferior \d+ \(process \d+\) exited"
+    _not_run(pid, output, timed_out, exited, "signaled" in output)
+
+
+def _lldb(pid: int, boot: str) -> None:
+    script = LLDB_SCRIPT.format(
+        first_argument=_first_argument(),
+        run=c_string(RUN_BOOT.format(path=_plain_path(boot), page=0)),
+        signals=" ".join(PASSED_SIGNALS),
+    )
+    commands = os.path.join(os.path.dirname(boot), "inject.lldb")
+    Path(commands).write_text(script)
+    # no .lldbinit; a stop by a signal ends the batch by detaching (never its prompt)
+    argv = ["lldb", "--batch", "--no-lldbinit", "-k", "process detach"]
+    argv += ["-O", "settings set target.preload-symbols false"]
+    output, timed_out = _debugger([*argv, "-p", str(pid), "-s", commands])
+    if re.search(r"^\(int\) \$1 = ", output, re.MULTILINE):
+        return  # the script ran (its call returned: lldb printed the value)
+    _not_run(pid, output, timed_out, r"^Process \d+ exited", "interrupted" in output)
+
+
+def _first_argument() -> str:
+    """The register a function's first argument is in, at its first instruction."""
+    return "$x0" if platform.machine() in ("aarch64", "arm64") else "$rdi"
+
+
+def _plain_path(boot: str) -> str:
+    """The boot script's path, which goes into a C string inside a debugger's script."""
+    if not re.fullmatch(r"[\w./+-]+", boot):
+        raise InjectError(_("the doctor's folder has an unusual path: {path}").format(path=boot))
+    return boot
+
+
+def _debugger(argv: list[str]) -> tuple[str, bool]:
+    """A debugger's batch run: what it printed, and whether it was interrupted for
+    waiting past SAFE_POINT_WAIT_S for the safe point."""
+    debugger = subprocess.Popen(
+        argv,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        start_new_session=True,  # the doctor's Ctrl-C is not gdb's
+        start_new_session=True,  # the doctor's Ctrl-C is not the debugger's
     )
-    timed_out = False
     try:
-        output, _unused = gdb.communicate(timeout=SAFE_POINT_WAIT_S)
+        output, _unused = debugger.communicate(timeout=SAFE_POINT_WAIT_S)
+        return output, False
     except subprocess.TimeoutExpired:
-        # still waiting for the safe point: interrupted, gdb detaches as it quits (a
-        # pending call left behind is a harmless function the job calls once)
-        timed_out = True
-        gdb.send_signal(signal.SIGINT)
+        # still waiting for the safe point: interrupted, the debugger detaches as it
+        # quits (a pending call left behind is a harmless function the job calls once);
+        # never killed, which would leave its breakpoint in the job
+        debugger.send_signal(signal.SIGINT)
         try:
-            output, _unused = gdb.communicate(timeout=10)
+            output, _unused = debugger.communicate(timeout=10)
         except subprocess.TimeoutExpired:
-            gdb.send_signal(signal.SIGINT)
-            output, _unused = gdb.communicate()
-    if re.search(r"^\$2 = ", output, re.MULTILINE):
-        return  # the script ran (its call returned: gdb printed the value)
-    if re.search(r"^\[Inferior \d+ \(process \d+\) exited", output, re.MULTILINE) or not running(
-        pid
-    ):
+            debugger.send_signal(signal.SIGINT)
+            output, _unused = debugger.communicate()
+        return output, True
+
+
+def _not_run(pid: int, output: str, timed_out: bool, exited: str, unwound: bool) -> None:
+    """The debugger ended without the script's value: why, as InjectError."""
+    if re.search(exited, output, re.MULTILINE) or not running(pid):
         raise InjectError(ended_before(pid))
     if timed_out:
         raise InjectError(_no_safe_point(pid, SAFE_POINT_WAIT_S))
     said = _refused(pid, output)
-    # gdb detached without the script's value: the call was unwound (a signal inside it;
-    # gdb restores the thread as it was), seen once in a few hundred injections
-    raise InjectError(said, again="could not inject" in said or "signaled" in output)
+    # detached without the script's value: the call was unwound (a signal inside it;
+    # the debugger restores the thread as it was), seen once in a few hundred injections
+    raise InjectError(said, again="could not inject" in said or unwound)
 
 
 def _no_safe_point(pid: int, seconds: float) -> str:
@@ -512,7 +626,7 @@ def _refused(pid: int, output: str) -> str:
             "non-dumpable can be traced only by root, and kernel.yama.ptrace_scope must "
             "allow it"
         ).format(pid=pid)
-    if "No symbol" in output:
+    if "No symbol" in output or "undeclared identifier" in output:  # gdb's, lldb's
         return _no_c_api(pid)
     if "Remote debugging is not enabled" in output:  # CPython 3.14's sys.remote_exec
         return _(

@@ -242,6 +242,14 @@ class WatchedJob(Recorder):
         """The probe may still be loaded into the job (a Python process, none in it yet)."""
         return self.probe is None and self.target.python and not self._inject_asked
 
+    def planned_route(self) -> str | None:
+        """The route a load would take now (jobs/inject.py); None where there is none
+        (the load says why)."""
+        try:
+            return check_route(self.target.pid)
+        except (InjectError, OSError):
+            return None
+
     def request_inject(self) -> None:
         """Load the probe at the loop's next tick (thread-safe); `inject_outcome` says
         what became of it."""

@@ -471,7 +471,14 @@ def _notes(timeline: Timeline, w: Window, captured: Profile | None = None) -> li
                 "those of the others."
             ).format(n=dropped, kept=MAX_BUFFERED_STEPS)
         )
-    if lost - dropped:
+    if lost - dropped and timeline.mode == "inject":
+        notes.append(
+            _(
+                "{n} step timings never reached the doctor (the probe was removed before it "
+                "could send them): the counts are exact, the step times are those of the others."
+            ).format(n=lost - dropped)
+        )
+    elif lost - dropped:
         notes.append(
             _(
                 "{n} step timings never reached the doctor (the job ended before the probe could "

@@ -377,7 +377,10 @@ class LiveApp(DoctorApp):
         if not getattr(self.source, "can_inject", False) or self.job_exit is not None:
             return
         ranks = len(getattr(self.source, "torchrun_ranks", ()))
-        self.push_screen(InjectScreen(self.source.job_pid or 0, ranks), self._inject_choice)
+        planned = getattr(self.source, "planned_route", None)
+        slow = planned is not None and planned() == "lldb"
+        screen = InjectScreen(self.source.job_pid or 0, ranks, slow=slow)
+        self.push_screen(screen, self._inject_choice)
 
     def _inject_choice(self, choice: bool | None) -> None:
         if choice and self.job_exit is None:

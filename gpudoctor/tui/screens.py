@@ -405,10 +405,11 @@ class InjectScreen(ModalScreen[bool]):
         Binding("escape,n", "choose(False)", _("Cancel")),
     ]
 
-    def __init__(self, pid: int, ranks: int = 0) -> None:
+    def __init__(self, pid: int, ranks: int = 0, slow: bool = False) -> None:
         super().__init__()
         self.pid = pid
         self.ranks = ranks  # a torchrun job's local ranks: the probe goes into each
+        self.slow = slow  # by lldb: it stops the job while it reads every library
 
     def compose(self) -> ComposeResult:
         with Vertical(id="quit-box"):
@@ -418,17 +419,24 @@ class InjectScreen(ModalScreen[bool]):
                         n=self.ranks
                     )
                 )
+            stop = (
+                _(
+                    "The doctor stops the job for about two seconds to load it (lldb reads "
+                    "every library the job has loaded first)."
+                )
+                if self.slow
+                else _("The doctor stops the job's main thread for under half a second to load it.")
+            )
             yield Static(
                 _(
                     "Load gpudoctor's probe into pid {pid}?\n\n"
-                    "The doctor stops the job's main thread for under half a second to load "
-                    "it. From its next "
+                    "{stop} From its next "
                     "step the doctor counts every step and times its phases, syncs and "
                     "copies, as gpudoctor run does, and p captures a profile. Leaving (q) "
                     "removes the probe; the job goes on.\n\n"
                     "  y  load it\n"
                     "  esc  cancel"
-                ).format(pid=self.pid),
+                ).format(pid=self.pid, stop=stop),
                 id="quit-text",
             )
             yield Footer()
