@@ -224,7 +224,14 @@ def test_the_probe_socket_removed_mid_run_is_made_again(tmp_path: Path, removed:
     if removed == "socket":
         os.unlink(path)
     else:
-        shutil.rmtree(os.path.dirname(path))
+        folder = os.path.dirname(path)
+        shutil.rmtree(folder)
+        # the counter page too is made again (the count exact if the job is killed)
+        page = Path(folder) / f"page-{the_job(doctor_proc).pid}"
+        deadline = time.monotonic() + 30
+        while not page.exists():
+            assert time.monotonic() < deadline and doctor_proc.poll() is None
+            time.sleep(0.05)
     assert doctor_proc.wait(timeout=120) == 0
     report = report_of(tmp_path)
     assert report["steps"]["count"] == 1200

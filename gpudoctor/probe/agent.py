@@ -220,6 +220,7 @@ class Agent:
     def _flush_locked(self, end: dict[str, Any] | None) -> None:
         if self.channel.dead:
             return
+        self.page.reopen_if_gone()
         for group in list(self.groups):  # each on its own: whatever breaks, the rest goes
             try:
                 for key, value in group.facts().items():

@@ -23,6 +23,7 @@ class CounterPage:
         self.folder = folder
         self.values: Any = [0] * len(protocol.PAGE_FIELDS)
         self._map: mmap.mmap | None = None
+        self._path: str | None = None
 
     def open(self) -> None:
         """Map this process's page (once; again after a fork). Never raises."""
@@ -46,11 +47,34 @@ class CounterPage:
             view[i] = before[i]
         view[0] = protocol.PAGE_MAGIC  # last: a reader trusts the page from here on
         self._map = mapped
+        self._path = path
         self.values = view
+
+    def reopen_if_gone(self) -> None:
+        """The page's file removed while mapped (the doctor's folder cleaned away under it,
+        and made again by the doctor): a new file with the counts so far, so that the
+        counts stay exact if the job then dies by a signal. Never raises; the flush thread's,
+        a stat a flush."""
+        path = self._path
+        if self._map is None or path is None:
+            return
+        try:
+            os.stat(path)
+            return
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return
+        if not os.path.isdir(self.folder):
+            return  # not made again (yet): the counts stay in the old mapping
+        self.values = list(self.values)  # the hot paths' writes land here meanwhile
+        self._map = None
+        self.open()
 
     def after_fork(self) -> None:
         """A forked child must not write into its parent's page: a fresh one of its own."""
         self._map = None  # the parent's mapping stays the parent's (not closed here)
+        self._path = None
         self.values = [0] * len(protocol.PAGE_FIELDS)
 
     def close(self) -> None:
@@ -58,3 +82,4 @@ class CounterPage:
         the mapping goes when the last view of it does."""
         self.values = [0] * len(protocol.PAGE_FIELDS)
         self._map = None
+        self._path = None
