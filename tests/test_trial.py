@@ -84,8 +84,10 @@ def test_more_workers_through_the_scripts_flag_is_faster(tmp_path: Path) -> None
     # rates, an interval around it, and the verdict that interval gives
     base_run = result["baseline"]["runs"][0]["session"]
     treated_run = result["treatment"]["runs"][0]["session"]
-    # the trial's outcome on the HTML page of its last treatment run's session
-    page = doctor("report", str(result["treatment"]["runs"][-1]["session"]), "--format", "html")
+    # the trial's outcome on the HTML page of its last treatment run's session (which a
+    # busy machine may leave out of `runs`: every step of it while others took the cores)
+    assert result["session"] >= result["treatment"]["runs"][-1]["session"]
+    page = doctor("report", str(result["session"]), "--format", "html")
     assert page.returncode == 0, page.stderr
     assert "<h2>Trial</h2>" in page.stdout and "<b>faster</b>" in page.stdout
     assert "applied <code>more-workers</code>: --num-workers 0 -&gt; 2" in page.stdout

@@ -144,6 +144,7 @@ def trial(
         repeat=request.repeat,
         extra_pairs=extra,
         predicted=predicted,
+        session=sides.last.session_id if sides.last is not None else None,
     )
     last = sides.last
     if last is not None and last.session_id is not None:

@@ -523,6 +523,9 @@ class TrialResult:
     extra_pairs: int = 0  # pairs run because the interval held 1 though the runs differed
     method: str = METHOD
     predicted: Prediction | None = None  # what the remedy was predicted to buy
+    # the session the outcome is kept with (the last treatment run's, which a busy
+    # machine may leave out of `runs` when every step of it ran while others took the cores)
+    session: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = {
@@ -546,6 +549,7 @@ class TrialResult:
                 "extra_pairs": self.extra_pairs,
                 "method": self.method,
                 "predicted": self.predicted.as_dict() if self.predicted else None,
+                "session": self.session,
             }
         )
         return out
