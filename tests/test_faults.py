@@ -452,3 +452,20 @@ def test_a_headless_ctrl_c_says_nothing_inside_the_jobs_traceback(tmp_path: Path
     start = err.index("Traceback")
     end = err.index("KeyboardInterrupt", start)
     assert "gpudoctor" not in err[start:end], err
+
+
+def test_a_probe_whose_folder_is_gone_waits_for_its_doctor_and_no_other(tmp_path: Path) -> None:
+    """The socket's folder gone: while the doctor that made it lives, the probe keeps its
+    rows and tries again (the doctor makes the folder again); a process given the
+    doctor's pid later, or no process, is no doctor and the probe goes dormant."""
+    from gpudoctor.probe.channel import DEAD, FULL, Channel
+
+    path = str(tmp_path / "gone" / "probe.sock")
+    ticks = int(Path(f"/proc/{os.getpid()}/stat").read_bytes().rsplit(b")", 1)[1].split()[19])
+    alive = Channel(path, os.getpid(), ticks)  # this process as the doctor
+    assert alive.send({"v": 1}) == FULL and not alive.dead
+    reused = Channel(path, os.getpid(), ticks - 1)  # its pid, another start
+    assert reused.send({"v": 1}) == DEAD and reused.dead
+    ended = subprocess.run([PY, "-c", "import os; print(os.getpid())"], capture_output=True)
+    gone = Channel(path, int(ended.stdout), None)
+    assert gone.send({"v": 1}) == DEAD

@@ -27,7 +27,7 @@ from gpudoctor.jobs.captures import CAPTURE_WAIT_S, Captures
 from gpudoctor.jobs.source import Recorder, ask_for_profile
 from gpudoctor.model import EndedBy, HotspotChunk, JobExit
 from gpudoctor.output_log import OutputLog
-from gpudoctor.probe import ENV_DOCTOR_PID, ENV_SOCKET
+from gpudoctor.probe import ENV_DOCTOR_PID, ENV_DOCTOR_START, ENV_SOCKET
 from gpudoctor.probe.profile import ENV_CONTROL, ENV_PROFILE_TRACE_DIR
 from gpudoctor.sources import cpu_peak
 from gpudoctor.sources.host import HostReader
@@ -124,6 +124,7 @@ class LaunchedJob(Recorder):
                 env={
                     **probe_env(self.server.path),
                     ENV_DOCTOR_PID: str(os.getpid()),
+                    ENV_DOCTOR_START: str(run_folders.start_ticks(os.getpid()) or ""),
                     ENV_CONTROL: self.control_path,
                     ENV_PROFILE_TRACE_DIR: self._dir,
                     **self.extra_env,

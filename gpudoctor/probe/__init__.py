@@ -10,6 +10,7 @@ from __future__ import annotations
 ENV_SOCKET = "GPUDOCTOR_SOCKET"
 ENV_BOOT = "GPUDOCTOR_BOOT"
 ENV_DOCTOR_PID = "GPUDOCTOR_DOCTOR_PID"  # the doctor's own process
+ENV_DOCTOR_START = "GPUDOCTOR_DOCTOR_START"  # and when it started (ticks since boot)
 # Remedies the user asked the doctor to apply in-process (a trial's treatment), as JSON:
 # {"dataloader": {"num_workers": 2, ...}, "cudnn_benchmark": true}. Unset: nothing changes.
 ENV_OVERRIDES = "GPUDOCTOR_OVERRIDES"

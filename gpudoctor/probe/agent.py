@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from . import ENV_DOCTOR_PID, ENV_OVERRIDES, ENV_SOCKET, protocol
+from . import ENV_DOCTOR_PID, ENV_DOCTOR_START, ENV_OVERRIDES, ENV_SOCKET, protocol
 from .channel import FULL, SENT, Channel
 from .clock import END_NAMES, StepClock
 from .flops import FlopCount
@@ -85,7 +85,11 @@ class Agent:
         self.torch: Any = None
         self.lock = threading.Lock()
         self.clock = StepClock()
-        self.channel = Channel(socket_path, doctor if injected else doctor_pid())
+        self.channel = (
+            Channel(socket_path, doctor)
+            if injected
+            else Channel(socket_path, doctor_pid(), _env_int(ENV_DOCTOR_START))
+        )
         self.page = CounterPage(os.path.dirname(socket_path))
         self.groups: list[Group] = []
         # The hooks a counted step does without (see clock.py, sampling): each part is
@@ -379,8 +383,12 @@ AGENT: Agent | None = None
 
 def doctor_pid() -> int | None:
     """The doctor's process (to tell a missing socket from a doctor that has gone)."""
+    return _env_int(ENV_DOCTOR_PID)
+
+
+def _env_int(name: str) -> int | None:
     try:
-        return int(os.environ[ENV_DOCTOR_PID])
+        return int(os.environ[name])
     except (KeyError, ValueError):
         return None
 

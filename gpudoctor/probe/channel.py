@@ -20,9 +20,12 @@ SENT, FULL, DEAD = "sent", "full", "dead"
 
 
 class Channel:
-    def __init__(self, path: str, doctor_pid: int | None = None) -> None:
+    def __init__(
+        self, path: str, doctor_pid: int | None = None, doctor_start: int | None = None
+    ) -> None:
         self.path = path
         self.doctor_pid = doctor_pid
+        self.doctor_start = doctor_start  # its start in ticks since boot (/proc/PID/stat)
         self.dead = False  # the doctor is gone: the probe goes dormant
         self.dropped_rows = 0
         self.rows_sent = 0
@@ -73,8 +76,23 @@ class Channel:
             return False
         except OSError:
             return True  # alive, owned by someone else
-        return True
+        # the same process, not a later one given its pid (its folder gone with it)
+        return self.doctor_start is None or _start_ticks(self.doctor_pid) in (
+            None,
+            self.doctor_start,
+        )
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self._sock.close()
+
+
+def _start_ticks(pid: int) -> int | None:
+    """When `pid` started, in clock ticks since boot (the 22nd field of /proc/PID/stat;
+    gpudoctor/run_folders.py reads the same on the doctor's side); None where unread."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        return int(stat[stat.rindex(b")") + 2 :].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
