@@ -20,6 +20,8 @@ from pathlib import Path
 
 import psutil
 
+from gpudoctor.probe.protocol import start_ticks
+
 # gpudoctor-run-PID-tTICKS-RANDOM; before the start ticks: gpudoctor-run-PID-RANDOM
 # (mkdtemp's RANDOM has no "-", so the ticks part cannot be read into an old name)
 _NAME = re.compile(r"gpudoctor-(?:run|stacks)-(\d+)-(?:t(\d+)-)?")
@@ -58,17 +60,6 @@ def clean_stale(base: Path | None = None) -> list[Path]:
         shutil.rmtree(entry.path, ignore_errors=True)
         removed.append(Path(entry.path))
     return removed
-
-
-def start_ticks(pid: int) -> int | None:
-    """When the process started, in clock ticks since boot (the 22nd field of
-    /proc/PID/stat, after the command name in parentheses); None where it cannot be read."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-        return int(stat[stat.rindex(b")") + 2 :].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def _alive(pid: int, ticks: int | None, made: float) -> bool:

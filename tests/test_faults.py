@@ -459,9 +459,11 @@ def test_a_probe_whose_folder_is_gone_waits_for_its_doctor_and_no_other(tmp_path
     rows and tries again (the doctor makes the folder again); a process given the
     doctor's pid later, or no process, is no doctor and the probe goes dormant."""
     from gpudoctor.probe.channel import DEAD, FULL, Channel
+    from gpudoctor.probe.protocol import start_ticks
 
     path = str(tmp_path / "gone" / "probe.sock")
-    ticks = int(Path(f"/proc/{os.getpid()}/stat").read_bytes().rsplit(b")", 1)[1].split()[19])
+    ticks = start_ticks(os.getpid())
+    assert ticks is not None
     alive = Channel(path, os.getpid(), ticks)  # this process as the doctor
     assert alive.send({"v": 1}) == FULL and not alive.dead
     reused = Channel(path, os.getpid(), ticks - 1)  # its pid, another start

@@ -29,6 +29,7 @@ from gpudoctor.model import EndedBy, HotspotChunk, JobExit
 from gpudoctor.output_log import OutputLog
 from gpudoctor.probe import ENV_DOCTOR_PID, ENV_DOCTOR_START, ENV_SOCKET
 from gpudoctor.probe.profile import ENV_CONTROL, ENV_PROFILE_TRACE_DIR
+from gpudoctor.probe.protocol import start_ticks
 from gpudoctor.sources import cpu_peak
 from gpudoctor.sources.host import HostReader
 from gpudoctor.sources.hotspots import HotspotSampler
@@ -124,7 +125,7 @@ class LaunchedJob(Recorder):
                 env={
                     **probe_env(self.server.path),
                     ENV_DOCTOR_PID: str(os.getpid()),
-                    ENV_DOCTOR_START: str(run_folders.start_ticks(os.getpid()) or ""),
+                    ENV_DOCTOR_START: str(start_ticks(os.getpid()) or ""),
                     ENV_CONTROL: self.control_path,
                     ENV_PROFILE_TRACE_DIR: self._dir,
                     **self.extra_env,

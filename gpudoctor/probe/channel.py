@@ -16,6 +16,8 @@ import os
 import socket
 from typing import Any
 
+from .protocol import start_ticks
+
 SENT, FULL, DEAD = "sent", "full", "dead"
 
 
@@ -77,22 +79,9 @@ class Channel:
         except OSError:
             return True  # alive, owned by someone else
         # the same process, not a later one given its pid (its folder gone with it)
-        return self.doctor_start is None or _start_ticks(self.doctor_pid) in (
-            None,
-            self.doctor_start,
-        )
+        now = start_ticks(self.doctor_pid)
+        return self.doctor_start is None or now is None or now == self.doctor_start
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self._sock.close()
-
-
-def _start_ticks(pid: int) -> int | None:
-    """When `pid` started, in clock ticks since boot (the 22nd field of /proc/PID/stat;
-    gpudoctor/run_folders.py reads the same on the doctor's side); None where unread."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-        return int(stat[stat.rindex(b")") + 2 :].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None

@@ -1,5 +1,5 @@
-"""The wire format between the probe and the doctor: one JSON object per datagram, and
-a page of counters per process in shared memory.
+"""The wire format between the probe and the doctor: one JSON object per datagram, a
+page of counters per process in shared memory, and how a process's start is told.
 
 Shared by both sides; standard library only.
 """
@@ -64,3 +64,17 @@ PAGE_MAGIC = 0x3170_6774_6F64_6770
 PAGE_VERSION = 1
 PAGE_BYTES = 4096
 PAGE_PREFIX = "page-"
+
+
+def start_ticks(pid: int) -> int | None:
+    """When `pid` started, in clock ticks since boot (the 22nd field of /proc/PID/stat,
+    after the command name in parentheses); None where it cannot be read. Unlike a
+    wall-clock time it does not move when the clock is set: the doctor names its run
+    folders with its own (run_folders.py) and hands it to its jobs (ENV_DOCTOR_START),
+    whose probe tells its doctor from a later process given the same pid by it."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        return int(stat[stat.rindex(b")") + 2 :].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
