@@ -20,8 +20,8 @@ The route, by the target's Python:
 - Where gdb is missing there, lldb in batch mode, the same way: the boot script runs in
   the breakpoint's own commands, so a wait cut short (no safe point in time) detaches
   without running it.
-- `GPUDOCTOR_INJECT_ROUTE` (ptrace, gdb, lldb) names another route where the one chosen
-  does not work on a machine.
+- `GPUDOCTOR_INJECT_ROUTE` (ROUTES) names another route where the one chosen does not
+  work on a machine.
 
 The boot script loads the probe under its private name from this installation (once:
 a second attach reuses it) and calls its `attach` (probe/injected.py), then writes what
@@ -207,8 +207,8 @@ continue
 # information), the breakpoint is on the function's first instruction (-K false: its
 # prologue not skipped, the argument still in its register), and the boot script runs in
 # the breakpoint's commands: an interrupted wait goes on to `process detach` alone.
+# (Symbols are left unread until asked for by lldb's command line, before it attaches.)
 LLDB_SCRIPT = """\
-settings set target.preload-symbols false
 process handle -s false -n false -p true {signals}
 expr -- void *$gpudoctor_check = (void *)PyCallable_Check
 expr -- void *$gpudoctor_add = (void *)Py_AddPendingCall
@@ -524,13 +524,7 @@ def _by_ptrace(pid: int, boot: str) -> None:
 
 
 def _gdb(pid: int, boot: str) -> None:
-    script = GDB_SCRIPT.format(
-        first_argument=_first_argument(),
-        run=c_string(RUN_BOOT.format(path=_plain_path(boot), page=0)),
-        signals=" ".join(PASSED_SIGNALS),
-    )
-    commands = os.path.join(os.path.dirname(boot), "inject.gdb")
-    Path(commands).write_text(script)
+    commands = _debugger_script(GDB_SCRIPT, boot, "inject.gdb")
     # no debug information read at all, no library's symbols but the two named
     argv = ["gdb", "-q", "-nx", "-batch", "--readnever", "-iex", "set auto-solib-add off"]
     argv += ["-iex", "set auto-load off"]
@@ -542,13 +536,7 @@ def _gdb(pid: int, boot: str) -> None:
 
 
 def _lldb(pid: int, boot: str) -> None:
-    script = LLDB_SCRIPT.format(
-        first_argument=_first_argument(),
-        run=c_string(RUN_BOOT.format(path=_plain_path(boot), page=0)),
-        signals=" ".join(PASSED_SIGNALS),
-    )
-    commands = os.path.join(os.path.dirname(boot), "inject.lldb")
-    Path(commands).write_text(script)
+    commands = _debugger_script(LLDB_SCRIPT, boot, "inject.lldb")
     # no .lldbinit; a stop by a signal ends the batch by detaching (never its prompt)
     argv = ["lldb", "--batch", "--no-lldbinit", "-k", "process detach"]
     argv += ["-O", "settings set target.preload-symbols false"]
@@ -558,16 +546,21 @@ def _lldb(pid: int, boot: str) -> None:
     _not_run(pid, output, timed_out, r"^Process \d+ exited", "interrupted" in output)
 
 
-def _first_argument() -> str:
-    """The register a function's first argument is in, at its first instruction."""
-    return "$x0" if platform.machine() in ("aarch64", "arm64") else "$rdi"
-
-
-def _plain_path(boot: str) -> str:
-    """The boot script's path, which goes into a C string inside a debugger's script."""
-    if not re.fullmatch(r"[\w./+-]+", boot):
+def _debugger_script(template: str, boot: str, name: str) -> str:
+    """A debugger's commands (GDB_SCRIPT, LLDB_SCRIPT) for running the boot script,
+    written beside it as `name`: their path."""
+    if not re.fullmatch(r"[\w./+-]+", boot):  # it goes into a C string in the script
         raise InjectError(_("the doctor's folder has an unusual path: {path}").format(path=boot))
-    return boot
+    # the first argument's register at a function's first instruction
+    register = "$x0" if platform.machine() in ("aarch64", "arm64") else "$rdi"
+    script = template.format(
+        first_argument=register,
+        run=c_string(RUN_BOOT.format(path=boot, page=0)),
+        signals=" ".join(PASSED_SIGNALS),
+    )
+    commands = os.path.join(os.path.dirname(boot), name)
+    Path(commands).write_text(script)
+    return commands
 
 
 def _debugger(argv: list[str]) -> tuple[str, bool]:

@@ -42,8 +42,8 @@ class ProbeServer:
     def still_bound(self) -> bool:
         """Whether the socket file is still this socket's. When someone removed it (a
         cleaner of temp folders, a stray rm; its folder with it), it is made again at
-        once: the probes try again with the rows they kept. False when it was made again (the file
-        descriptor changed: wait on the new one)."""
+        once: the probes try again with the rows they kept. False when it was made
+        again (the file descriptor changed: wait on the new one)."""
         try:
             if os.stat(self.path).st_ino == self._inode:
                 return True
