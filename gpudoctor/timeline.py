@@ -416,11 +416,22 @@ class Timeline:
             stacks=stacks,
             hotspot_chunks=lines,
             rollup=rollup,
+            slot_rollups=self._newest_slots(by_pid) if until_ns is None else {},
             hostname=self.hostname,
             remote_ranks=tuple(r for ranks in self.remote_ranks.values() for r in ranks),
             cpu_peak=self.cpu_peak,
             gpu_timeline=self.gpu_timelines.get(main) if main is not None else None,
         )
+
+    def _newest_slots(self, rows: dict[int, tuple[StepRecord, ...]]) -> dict[int, StepRollup]:
+        """Each stepping process without a row: its newest compacted stretch that
+        holds steps (a store compacted past the job's last step)."""
+        out = {}
+        for pid, slots in self.slots.items():
+            newest = next((r for _, _, r in reversed(slots) if r.count), None)
+            if newest is not None and not rows.get(pid):
+                out[pid] = newest
+        return out
 
 
 # Recent windows (the TUI's): up to this many GPUs' readings per host reading, and the

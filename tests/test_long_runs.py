@@ -364,6 +364,36 @@ def test_a_compacted_store_gives_the_report_of_every_row(
     store.close()
 
 
+def test_a_store_compacted_to_its_end_gives_the_same_step_measures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A doctor that read on after its job's last step (a slow exit on a busy machine)
+    compacts the last step rows too: the report from the rollups alone still says the
+    data wait and the batch size the rows said."""
+    monkeypatch.setattr(compaction, "SLOT_S", 10.0)
+    store = Store(tmp_path / "s.db")
+    # 400 s: the GPU readings, thinned to one a minute, still enough for their rules
+    session, end = record_a_run(store, ranks=1, steps=40_000)
+    whole = build(store.load(session), session)
+    later = end + 15 * 10**9  # a host reading in a slot after the job's last message
+    store.add(
+        session, "host", later, encode(dataclasses.replace(HostReader().read(), t_mono_ns=later))
+    )
+    store.commit()
+    compact_all(store, session, later + 60 * 10**9)
+    compacted = store.load(session)
+    assert not compacted.steps.get(BASE_PID)  # no row left: the rollups alone
+    report = build(compacted, session)
+    assert [f.id for f in report.findings] == [f.id for f in whole.findings]
+    assert [r.rank for r in report.ranks] == [r.rank for r in whole.ranks] == [0, 4]
+    s, w = report.steps, whole.steps
+    assert (s.count, s.steady_count) == (w.count, w.steady_count) == (40_000, 40_000 - WARMUP_STEPS)
+    assert s.data_wait_fraction == w.data_wait_fraction == pytest.approx(1 / 3, abs=0.01)
+    assert s.batch_size == w.batch_size == 32
+    assert s.split == w.split
+    store.close()
+
+
 def test_the_live_doctor_compacts_its_session_and_the_report_stays(tmp_path: Path) -> None:
     """A fast-step job under the real doctor, told to keep 3 s whole and compact every
     second, a second of records at a time: its store holds rollups and the report rebuilt from it is the report the

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpudoctor.diagnosis.devices import gpu_of
+from gpudoctor.diagnosis.rollup import StepRollup
 from gpudoctor.diagnosis.window import Window, median_ms, percentile_ms
 from gpudoctor.model import StepRecord
 
@@ -99,6 +100,9 @@ def rank_summaries(w: Window) -> list[RankSummary]:
         facts = w.facts_by_pid.get(pid, {})
         if facts.get("rank") is None:
             continue
+        if not steps and pid in w.slot_rollups:
+            out.extend(_rolled_summary(w, pid, facts, w.slot_rollups[pid]))
+            continue
         one = Window(steps=steps, facts=facts)
         if len(one.steady_steps) < MIN_STEPS:
             continue
@@ -122,6 +126,48 @@ def rank_summaries(w: Window) -> list[RankSummary]:
             )
         )
     return out
+
+
+def _rolled_summary(
+    w: Window, pid: int, facts: dict[str, Any], rollup: StepRollup
+) -> list[RankSummary]:
+    """A rank whose rows were all compacted, from its newest rolled-up stretch: the
+    parts and the detailed step as means (a rollup keeps sums), not medians."""
+    one = Window(rollup=rollup, facts=facts)
+    if rollup.count < MIN_STEPS or not rollup.detailed:
+        return []
+    wall, loader, outside, forward, backward, optimizer = (
+        rollup.detailed_wall_ns, rollup.loader_ns, rollup.outside_ns,
+        rollup.forward_ns, rollup.backward_ns, rollup.optimizer_ns,
+    )  # fmt: skip
+    data = loader if one.uses_dataloader else outside
+    n = rollup.detailed * 1e6
+    parts = {
+        "data": data / n,
+        "host": max(0, wall - data - forward - backward - optimizer) / n,
+        "forward": forward / n,
+        "backward": backward / n,
+        "optimizer": optimizer / n,
+    }
+    gpu = gpu_of(facts, pid, w.gpus)
+    return [
+        RankSummary(
+            pid=pid,
+            rank=_int(facts.get("rank")),
+            local_rank=_int(facts.get("local_rank")),
+            host=w.hostname,
+            steps=rollup.count,
+            median_ms=rollup.quantile_ms(0.5),
+            p90_ms=rollup.quantile_ms(0.9),
+            samples_per_s=one.samples_per_s,
+            data_wait_fraction=one.data_wait_fraction,
+            uses_dataloader=one.uses_dataloader,
+            parts_ms=parts,
+            detailed_median_ms=wall / n,
+            gpu_index=gpu.index if gpu else None,
+            gpu_util_pct=_mean_util(w, gpu.index) if gpu else None,
+        )
+    ]
 
 
 def compare(summaries: list[RankSummary]) -> list[RankMeasure]:

@@ -39,6 +39,8 @@ class StepRollup:
     optimizer_ns: int = 0
     batch_sum: int = 0
     batch_steps: int = 0  # detailed steps that saw a batch size
+    forwards: int = 0  # the detailed steps' root-module forward calls
+    pageable_copies: int = 0  # and their copies from unpinned memory
 
     def add(self, s: StepRecord) -> None:
         self.count += 1
@@ -86,6 +88,8 @@ class StepRollup:
         self.forward_ns += s.forward_ns
         self.backward_ns += s.backward_ns
         self.optimizer_ns += s.optimizer_ns
+        self.forwards += s.forwards
+        self.pageable_copies += s.pageable_copies
         if s.batch_size:
             self.batch_sum += s.batch_size
             self.batch_steps += 1

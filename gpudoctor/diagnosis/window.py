@@ -215,6 +215,9 @@ class Window:
     # the whole run's steady steps of the main process rolled up, when the rows no longer
     # hold them all (a long run): the step measures come from it (diagnosis/rollup.py)
     rollup: StepRollup | None = None
+    # a process whose rows were all compacted (a store compacted past its job's last
+    # step: a long evaluation after training): its newest stretch, rolled up
+    slot_rollups: dict[int, StepRollup] = field(default_factory=dict)
     hostname: str | None = None  # this node
     remote_ranks: tuple[RankSummary, ...] = ()  # the other nodes' ranks, as sent
     cpu_peak: CpuPeak | None = None
@@ -257,6 +260,12 @@ class Window:
         return detailed or self.steady_steps
 
     @cached_property
+    def steady_count(self) -> int:
+        """The steady steps timed: the rollup's in a long run (its recent rows may be
+        none), else the rows'."""
+        return self.rollup.count if self.rollup is not None else len(self.steady_steps)
+
+    @cached_property
     def step_wall_s(self) -> float:
         if self.rollup is not None:
             return self.rollup.wall_ns / 1e9
@@ -290,8 +299,7 @@ class Window:
     def steps_per_s(self) -> float | None:
         wall_s = self.step_wall_s
         if wall_s:
-            count = self.rollup.count if self.rollup is not None else len(self.steady_steps)
-            return count / wall_s
+            return self.steady_count / wall_s
         return stack_steps_per_s(self.stacks) if self.estimated else None
 
     @property
@@ -301,8 +309,9 @@ class Window:
 
     def has_steps(self, minimum: int) -> bool:
         """Enough of the job's steps seen to judge the step measures: steps the probe
-        timed, or in watch mode enough stack samples of the main thread."""
-        if len(self.steady_steps) >= minimum:
+        timed (rolled up in a long run, whose recent rows may be none), or in watch mode
+        enough stack samples of the main thread."""
+        if self.steady_count >= minimum:
             return True
         return self.estimated and self.stack_total >= MIN_STACK_SAMPLES
 
@@ -465,6 +474,9 @@ class Window:
 
     @cached_property
     def pageable_copies_per_step(self) -> float:
+        r = self.rollup
+        if r is not None and r.detailed and not self.steps:  # no row kept
+            return r.pageable_copies / r.detailed
         steps = self.detailed_steps
         return sum(s.pageable_copies for s in steps) / len(steps) if steps else 0.0
 

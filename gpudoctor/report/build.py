@@ -96,7 +96,7 @@ def build(timeline: Timeline, session_id: int | None, lang: str = "en") -> Repor
     kept = window.gpu_timeline.path if window.gpu_timeline is not None else None
     if profile and kept:  # the probe wrote it in a folder of the run's: the doctor kept it here
         profile = {**profile, "trace": kept}
-    step_ms = window.step_median_ms if window.steady_steps and not window.estimated else None
+    step_ms = window.step_median_ms if window.steady_count and not window.estimated else None
     captured = Profile.of(profile, step_ms) if profile else None
     # for people: secrets masked (the store keeps the command as it ran)
     audited = {k: facts[k] for k in AUDIT_KEYS if k in facts}
@@ -302,6 +302,8 @@ def _steps(w: Window) -> StepMeasures:
     steady = w.steady_steps
     # batch sizes are seen on the steps measured in detail (the probe samples)
     batches = [s.batch_size for s in w.detailed_steps if s.batch_size]
+    if not batches and w.rollup is not None and w.rollup.batch_steps:  # no row kept
+        batches = [round(w.rollup.batch_sum / w.rollup.batch_steps)]
     samples_per_s = w.samples_per_s
     split = {k: round(v, 4) for k, v in w.split().items()}
     if not w.steps and (w.estimated or w.stacks):  # watched from outside: no step timed
@@ -335,7 +337,8 @@ def _steps(w: Window) -> StepMeasures:
         samples_per_s=round(samples_per_s, 2) if samples_per_s else None,
         # a size the job's steps took (a median of an even count averaged the middle two)
         batch_size=statistics.median_low(batches) if batches else None,
-        data_wait_fraction=round(w.data_wait_fraction, 4) if steady else None,
+        # the rollup's steady steps count where compaction left no recent rows
+        data_wait_fraction=round(w.data_wait_fraction, 4) if steady_count else None,
         split=split,
         syncs_per_step=round(w.syncs_per_step, 2),
     )
@@ -455,7 +458,7 @@ def _notes(timeline: Timeline, w: Window, captured: Profile | None = None) -> li
         )
     elif not timeline.steps and not timeline.lost_step_rows():
         notes.append(_("The job imported torch but ran no training step the probe could see."))
-    elif len(w.steady_steps) < 5:
+    elif w.steady_count < 5:
         notes.append(
             _("Only {steps} steps: too few for the step-based findings.").format(
                 steps=w.total_steps

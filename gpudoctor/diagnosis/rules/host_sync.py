@@ -15,7 +15,7 @@ ID = "host-sync"
 
 
 def evaluate(w: Window) -> Finding | None:
-    if len(w.steady_steps) < MIN_STEPS or w.syncs_per_step < SYNCS_PER_STEP:
+    if not w.has_steps(MIN_STEPS) or w.syncs_per_step < SYNCS_PER_STEP:
         return None
     return Finding(
         id=ID,

@@ -25,13 +25,18 @@ def evaluate(w: Window) -> Finding | None:
     if not version[:1].isdigit() or int(version.split(".")[0]) < 2 or f.get("compiled"):
         return None
     leaves = int(f.get("leaf_modules") or 0)
-    steps = w.detailed_steps
-    forwards = sum(s.forwards for s in steps)
-    if leaves < MIN_LEAF_MODULES or len(steps) < MIN_STEPS or not forwards:
+    r = w.rollup
+    if r is not None and not w.steps:  # no row kept: the rolled-up run's detailed steps
+        measured, forwards, forward_ns = r.detailed, r.forwards, r.forward_ns
+    else:
+        steps = w.detailed_steps
+        measured, forwards = len(steps), sum(s.forwards for s in steps)
+        forward_ns = sum(s.forward_ns for s in steps)
+    if leaves < MIN_LEAF_MODULES or measured < MIN_STEPS or not forwards:
         return None
     if w.data_wait_fraction > MEDIUM_FRACTION:
         return None  # input is the bottleneck: compiling would not show
-    us_per_leaf = sum(s.forward_ns for s in steps) / forwards / leaves / 1e3
+    us_per_leaf = forward_ns / forwards / leaves / 1e3
     if us_per_leaf > MAX_US_PER_LEAF:
         return None
     return Finding(

@@ -15,7 +15,7 @@ ID = "pageable-copies"
 
 
 def evaluate(w: Window) -> Finding | None:
-    if len(w.steady_steps) < MIN_STEPS or w.pageable_copies_per_step <= COPIES_PER_STEP:
+    if not w.has_steps(MIN_STEPS) or w.pageable_copies_per_step <= COPIES_PER_STEP:
         return None
     loaders = w.facts.get("dataloaders") or [{}]
     pinned = loaders[0].get("pin_memory")
