@@ -15,11 +15,8 @@ where they happened.
 
 from __future__ import annotations
 
-import bisect
-import itertools
 import operator
 import statistics
-from collections import deque
 from collections.abc import Callable, Iterator, Reversible
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -28,12 +25,14 @@ from gpudoctor.diagnosis.engine import diagnose
 from gpudoctor.diagnosis.window import WARMUP_STEPS, Window, percentile, stack_steps_per_s
 from gpudoctor.i18n import _
 from gpudoctor.model import StepRecord
+from gpudoctor.step_rows import StepRows
 from gpudoctor.timeline import RECENT_SAMPLES, RECENT_STEPS, Timeline
 
 POINTS = 120  # intervals across the run: a chart's width has room for about this many
 # steps measured an interval, at most: the p90 of 256 evenly spaced steps is within a few
 # percent of all of theirs, less than a plot's row (a twelfth of its height)
 STEPS_AN_INTERVAL = 256
+NO_ROWS = StepRows()  # a process without rows (never added to)
 DETAIL = operator.attrgetter("detail")
 LOOKS = 24  # moments at which the rules are run to say when a finding was first seen
 # window.split()'s parts, in the order a step goes
@@ -153,7 +152,7 @@ def run_series(
     out = RunSeries(since_s=round((start - t0) / 1e9, 1), until_s=round((end - t0) / 1e9, 1))
     main = timeline.main_pid()
     facts = timeline.facts.get(main, {}) if main is not None else {}
-    rows = timeline.steps.get(main, deque()) if main is not None else deque()
+    rows = timeline.steps.get(main, NO_ROWS) if main is not None else NO_ROWS
     steps = _by_interval(rows, start, end, width_ns)
     for t_ns, _rows, rollup in timeline.slots.get(main, ()) if main is not None else ():
         if rollup.count and start <= t_ns <= end:  # a compacted stretch: its own measures
@@ -164,18 +163,20 @@ def run_series(
             slot_rate = _slot_samples_per_s(one)
             if slot_rate is not None:
                 out.samples_per_s.append((x, round(slot_rate, 1)))
-    for i, taken in steps:
+    for i, first, last in steps:
         # a fast loop's thousands of steps an interval: every n-th measures it (counted
         # all), so a refresh costs the same whatever the step rate
-        sample = taken[:: max(1, len(taken) // STEPS_AN_INTERVAL)]
+        taken, sample, _ = _interval_steps(rows, first, last)
+        if not taken:
+            continue
         walls = [s.wall_ns / 1e6 for s in sample]
         x = middle(i)
         one = Window(steps=tuple(sample), facts=facts)
         _add_steps(out, x, one, statistics.median(walls), percentile(walls, 90))
-        out.steps_per_s.append((x, round(len(taken) / (width_ns / 1e9), 2)))
+        out.steps_per_s.append((x, round(taken / (width_ns / 1e9), 2)))
         per_step = one.samples_per_step
         if per_step is not None:
-            rate = per_step * len(taken) / (width_ns / 1e9)
+            rate = per_step * taken / (width_ns / 1e9)
             out.samples_per_s.append((x, round(rate, 1)))
     ranked = ranks_of(timeline)
     if len(ranked) > 1 and out.samples_per_s:
@@ -269,15 +270,18 @@ def _ranks_samples(
             if rollup.count and start <= t_ns <= end and rate is not None:
                 x = round((t_ns - t0) / 1e9, 1)
                 totals[x] = totals.get(x, 0.0) + rate
-        for i, taken in _by_interval(timeline.steps.get(pid, deque()), start, end, width_ns):
+        rows = timeline.steps.get(pid, NO_ROWS)
+        for i, first, last in _by_interval(rows, start, end, width_ns):
             # the samples a step come from the detailed steps alone (window.py): those
             # measured, the rest of the interval only counted (8 ranks' plots: 8 times
             # the intervals, each a few rows to read)
-            detailed = tuple(itertools.compress(taken, map(DETAIL, taken)))
-            per_step = Window(steps=detailed or tuple(taken[-1:]), facts=facts).samples_per_step
+            taken, sample, detailed = _interval_steps(rows, first, last)
+            if not taken:
+                continue
+            per_step = Window(steps=tuple(detailed or sample[-1:]), facts=facts).samples_per_step
             if per_step is not None:
                 x = middle(i)
-                totals[x] = totals.get(x, 0.0) + per_step * len(taken) / (width_ns / 1e9)
+                totals[x] = totals.get(x, 0.0) + per_step * taken / (width_ns / 1e9)
     return [(x, round(v, 1)) for x, v in sorted(totals.items())]
 
 
@@ -313,34 +317,37 @@ def _step_end(s: StepRecord) -> int:
     return s.t_end_mono_ns
 
 
-def _by_interval(
-    rows: deque[StepRecord], start: int, end: int, width_ns: int
-) -> list[tuple[int, list[StepRecord]]]:
-    """The steps past warm-up that ended in [start, end], cut into intervals of width_ns
-    from `start`: (the interval's index, its steps), the empty ones left out. The rows
-    are in time order, so the stretch and each interval's bounds are found by bisection
-    and copied in C: a refresh costs the intervals, not a walk over every step of a fast
+def _by_interval(rows: StepRows, start: int, end: int, width_ns: int) -> list[tuple[int, int, int]]:
+    """The rows that ended in [start, end], cut into intervals of width_ns from `start`:
+    (the interval's index, its first row, the row after its last), the empty ones left
+    out. The rows are in time order, so each interval's bounds are found by bisection on
+    their ends: a refresh costs the intervals, not a walk over every step of a fast
     loop's minute (90,000 of them)."""
-    lo = bisect.bisect_left(rows, start, key=_step_end)
-    hi = bisect.bisect_right(rows, end, key=_step_end)
-    if lo < len(rows) - hi:  # copied from the nearer end (a live view: the newest)
-        stretch = list(itertools.islice(rows, lo, hi))
-    else:
-        stretch = list(itertools.islice(reversed(rows), len(rows) - hi, len(rows) - lo))
-        stretch.reverse()
-    out: list[tuple[int, list[StepRecord]]] = []
-    if not stretch:
+    lo, hi = rows.ending_before(start), rows.ending_by(end)
+    out: list[tuple[int, int, int]] = []
+    if lo >= hi:
         return out
-    first = 0  # the stretch's steps all ended at `start` or after
-    for i in range((stretch[-1].t_end_mono_ns - start) // width_ns + 1):
-        last = bisect.bisect_left(stretch, start + (i + 1) * width_ns, key=_step_end)
-        taken = stretch[first:last]
+    first = lo  # the stretch's steps all ended at `start` or after
+    for i in range((rows.end_at(hi - 1) - start) // width_ns + 1):
+        last = min(hi, max(first, rows.ending_before(start + (i + 1) * width_ns)))
+        if last > first:
+            out.append((i, first, last))
         first = last
-        if taken and min(taken[0].number, taken[-1].number) < WARMUP_STEPS:
-            taken = [s for s in taken if s.number >= WARMUP_STEPS]
-        if taken:
-            out.append((i, taken))
     return out
+
+
+def _interval_steps(
+    rows: StepRows, first: int, last: int
+) -> tuple[int, list[StepRecord], list[StepRecord]]:
+    """An interval's steps past warm-up: how many, every n-th of them as records (at
+    most about STEPS_AN_INTERVAL), and those measured in detail."""
+    if min(rows.number_at(first), rows.number_at(last - 1)) < WARMUP_STEPS:  # the start
+        taken = [s for s in rows.records(first, last) if s.number >= WARMUP_STEPS]
+        stride = max(1, len(taken) // STEPS_AN_INTERVAL)
+        return len(taken), taken[::stride], [s for s in taken if s.detail]
+    n = last - first
+    stride = max(1, n // STEPS_AN_INTERVAL)
+    return n, rows.records(first, last, stride), rows.detailed(first, last)
 
 
 def _inside(rows: Reversible[T], start: int, end: int, t: Any) -> Iterator[T]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from array import array
 from collections import deque
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
@@ -28,6 +27,7 @@ from gpudoctor.model import (
     StepRecord,
 )
 from gpudoctor.probe import protocol
+from gpudoctor.step_rows import StepRows
 
 BATCH = protocol.STEP_FIELDS.index("batch_size")
 WIDTH = len(protocol.STEP_FIELDS)
@@ -39,11 +39,11 @@ WALL = STEP_FIELD["wall_ns"]
 # A week-long run must not grow the doctor without bound: the timeline keeps the most
 # recent samples and steps as rows (the store keeps them all), every steady step rolled
 # up per process (diagnosis/rollup.py: the whole run's measures); counts stay exact.
-# A step row costs about 270 bytes (a fast loop's, measured: bench/RESULTS.md): the rows
-# of all processes together stay under MAX_STEP_ROWS (about 27 MB), shared out evenly,
-# never fewer than MIN_STEP_ROWS each. 100,000 keeps the doctor with its TUI under its
-# 100 MB (DESIGN.md section 7) at 160x45 with the plots open; a live "last minute" plot
-# has every step of the minute up to 1,666 steps a second.
+# The rows are kept as columns (step_rows.py): a step only counted costs 24 bytes, one
+# measured in detail its record (~270 bytes); a fast loop's 100,000 rows about 4 MB
+# (bench/RESULTS.md). The rows of all processes together stay under MAX_STEP_ROWS,
+# shared out evenly, never fewer than MIN_STEP_ROWS each; a live "last minute" plot has
+# every step of the minute up to 1,666 steps a second.
 MAX_STEP_ROWS = 100_000
 MIN_STEP_ROWS = 5_000
 # A process's `step_mode` fact: where its probe's clock ends a step (probe/clock.py's
@@ -51,6 +51,13 @@ MIN_STEP_ROWS = 5_000
 TRAINING_MODES = frozenset({"backward", "optimizer"})
 INFERENCE_MODES = frozenset({"forward", "dataloader"})
 MAX_SAMPLES_KEPT = 6 * 3600  # host and GPU readings: six hours at 1 Hz
+# A whole run's window (the report's, fix's, trial's) makes records of the newest
+# WHOLE_ROWS rows, shared out evenly, never fewer than MIN_WHOLE_ROWS a process (about
+# 5 MB at the end of a run, where all 100,000 were 27 MB); a run with more rows takes
+# its step measures from its rollup, as a longer one does, and the rules judge those
+# newest rows. A run of up to 20,000 steps keeps its exact median from its rows.
+WHOLE_ROWS = 20_000
+MIN_WHOLE_ROWS = 2_500
 # The live screens' window (snapshot.py), and the report's charts' when they say when
 # a finding was first seen: the last RECENT_STEPS steps, RECENT_SAMPLES host readings
 RECENT_STEPS = 2000
@@ -84,6 +91,25 @@ def steps_of(pid: int, rows: list[list[Any]]) -> list[StepRecord]:
     return [_new(StepRecord, head + tuple(row)) for row in _known_batches(rows)]
 
 
+def add_rows(
+    steps: StepRows, pid: int, rows: list[list[Any]]
+) -> tuple[list[int], list[StepRecord]]:
+    """A message's step rows added to a process's rows as columns (a step only counted
+    as its three numbers, one measured in detail as its record: step_rows.py); what the
+    process's rollup takes of them: the steady steps' times, and the steady records of
+    the steps measured in detail. ValueError as steps_of."""
+    places = [i for i, row in enumerate(rows) if len(row) != COUNTED]
+    whole = steps_of(pid, [rows[i] for i in places]) if places else []
+    numbers = [row[0] for row in rows]
+    walls = [row[2] for row in rows]
+    steps.extend_columns(
+        pid, (numbers, [row[1] for row in rows], walls), list(zip(places, whole, strict=True))
+    )
+    if min(numbers, default=WARMUP_STEPS) < WARMUP_STEPS:
+        walls = [w for n, w in zip(numbers, walls, strict=True) if n >= WARMUP_STEPS]
+    return walls, steady(whole)
+
+
 def _known_batches(rows: list[list[Any]]) -> list[list[Any]]:
     """The rows with an unknown batch size (-1) as None, set in the rows themselves
     (which costs a fraction of _replace)."""
@@ -108,7 +134,7 @@ class Timeline:
     gpu_reason: str | None = None  # why there are no GPU readings
     host: deque[HostSample] = field(default_factory=_samples)
     gpus: deque[GpuSample] = field(default_factory=_samples)
-    steps: dict[int, deque[StepRecord]] = field(default_factory=dict)
+    steps: dict[int, StepRows] = field(default_factory=dict)
     rollups: dict[int, StepRollup] = field(default_factory=dict)  # every steady step
     # a compacted session's old stretches (end, rows, rollup), by process: a replay
     # of those times shows their steps from these (its rows are gone from the store)
@@ -188,14 +214,16 @@ class Timeline:
             if held:
                 self._load_rows(pid, rows, steps.maxlen)
             else:
-                records = steps_of(pid, rows)
-                steps.extend(records)
+                walls, whole = add_rows(steps, pid, rows)
+                rollup = self.rollups[pid]
                 if apart:
                     these = StepRollup()
-                    these.add_many(steady(records))
-                    self.rollups[pid].merge(these)
+                    these.add_walls(walls)
+                    these.add_parts(whole)
+                    rollup.merge(these)
                 else:
-                    self.rollups[pid].add_many(steady(records))
+                    rollup.add_walls(walls)
+                    rollup.add_parts(whole)
         if "facts" in message:
             if "profile" in message["facts"]:
                 self.profiles.append(self.last_reading_ns())
@@ -244,8 +272,8 @@ class Timeline:
         self._pending_walls.clear()
         for pid, pending in self._pending.items():
             steps = self.steps[pid]
-            for rows in pending:
-                steps.extend(steps_of(pid, rows))
+            for rows in pending:  # (their times and parts are rolled up already)
+                add_rows(steps, pid, rows)
         self._pending.clear()
         self._pending_rows.clear()
 
@@ -259,15 +287,15 @@ class Timeline:
         self.rollups[pid].merge(rollup)
         self.slots.setdefault(pid, []).append((t_mono_ns, rows, rollup))
 
-    def _new_process(self, pid: int) -> deque[StepRecord]:
+    def _new_process(self, pid: int) -> StepRows:
         """A stepping process's rows and rollup; every process's rows get an even share
         of MAX_STEP_ROWS again (the most recent kept)."""
         self.rollups[pid] = StepRollup()
-        self.steps[pid] = deque()
+        self.steps[pid] = StepRows()
         share = max(MIN_STEP_ROWS, MAX_STEP_ROWS // len(self.steps))
-        for p, rows in self.steps.items():
+        for rows in self.steps.values():
             if rows.maxlen != share:
-                self.steps[p] = deque(rows, maxlen=share)
+                rows.set_maxlen(share)
         return self.steps[pid]
 
     def rolled_up(self, pid: int) -> bool:
@@ -331,7 +359,7 @@ class Timeline:
 
         return max(counts, key=key)
 
-    def main_steps(self) -> Sequence[StepRecord]:
+    def main_steps(self) -> StepRows | tuple[()]:
         pid = self.main_pid()
         return self.steps.get(pid, ()) if pid is not None else ()
 
@@ -377,6 +405,9 @@ class Timeline:
         `max_steps` steps per process, `max_samples` host readings and as many per GPU),
         as it stood at `until_ns` (a replay: the end is not known yet then)."""
         main = self.main_pid()
+        whole = max_steps is None and until_ns is None  # the report's, fix's and trial's
+        if whole:  # the newest rows made records, the rest from the rollups
+            max_steps = max(MIN_WHOLE_ROWS, WHOLE_ROWS // max(1, len(self.steps)))
         by_pid = {pid: _recent(s, max_steps, until_ns, _step_end) for pid, s in self.steps.items()}
         main_steps = by_pid.get(main, ()) if main is not None else ()
         host = _recent(self.host, max_samples, until_ns, _sample_time)
@@ -389,7 +420,9 @@ class Timeline:
         job_pids = {p.pid for h in host for p in h.job} | set(self.facts) | set(self.steps)
         rollup = (
             self.rollups.get(main)
-            if main is not None and max_steps is None and until_ns is None and self.rolled_up(main)
+            if main is not None
+            and whole
+            and (self.rolled_up(main) or len(self.steps.get(main, ())) > len(main_steps))
             else None
         )
         if until_ns is None:
@@ -417,6 +450,11 @@ class Timeline:
             hotspot_chunks=lines,
             rollup=rollup,
             slot_rollups=self._newest_slots(by_pid) if until_ns is None else {},
+            steady_since_ns=(
+                self.steps[main].first_start(WARMUP_STEPS)
+                if whole and main is not None and main in self.steps
+                else None
+            ),
             hostname=self.hostname,
             remote_ranks=tuple(r for ranks in self.remote_ranks.values() for r in ranks),
             cpu_peak=self.cpu_peak,
@@ -459,7 +497,10 @@ def _gauge_time(g: tuple[int, dict[str, Any]]) -> int:
 def _recent(items: Any, n: int | None, until_ns: int | None, t_of: Any) -> tuple[Any, ...]:
     """The last n items (all when n is None) up to until_ns; from a deque, read from its
     end without walking the rest of it (a live view takes the last 2,000 of up to
-    100,000 rows every second)."""
+    100,000 rows every second); from step rows, found by bisection and made records."""
+    if isinstance(items, StepRows):
+        stop = len(items) if until_ns is None else items.ending_by(until_ns)
+        return tuple(items.records(0 if n is None else max(0, stop - n), stop))
     if until_ns is not None:
         kept = [x for x in items if t_of(x) <= until_ns]
         return tuple(kept[-n:] if n is not None else kept)

@@ -9,6 +9,7 @@ from gpudoctor.diagnosis.rollup import StepRollup
 from gpudoctor.diagnosis.window import WARMUP_STEPS
 from gpudoctor.model import StepRecord
 from gpudoctor.series import STEPS_AN_INTERVAL, rate_lines, run_series
+from gpudoctor.step_rows import StepRows
 from gpudoctor.timeline import Timeline
 
 T0 = 10**12
@@ -31,7 +32,7 @@ def timeline_of(per_s: int, seconds: int, wall_ms: float, slower_after_s: int = 
                 8 if detail else None, 0, 0, detail,
             )
         )  # fmt: skip
-    tl.steps[1] = rows
+    tl.steps[1] = StepRows(rows)
     tl.step_counts[1] = len(rows)
     tl.end_mono_ns = T0 + seconds * S
     return tl
@@ -76,7 +77,7 @@ def ranked(per_s: tuple[int, ...], seconds: int) -> Timeline:
     for rank, rate in enumerate(per_s):
         one = timeline_of(per_s=rate, seconds=seconds, wall_ms=1000 / rate)
         pid = 100 + rank
-        tl.steps[pid] = deque(s._replace(pid=pid) for s in one.steps[1])
+        tl.steps[pid] = StepRows(s._replace(pid=pid) for s in one.steps[1])
         tl.step_counts[pid] = len(tl.steps[pid])
         tl.facts[pid] = {"rank": rank, "local_rank": rank, "step_mode": "optimizer"}
     tl.end_mono_ns = T0 + seconds * S

@@ -22,6 +22,7 @@ from gpudoctor.app.errors import NotPossible
 from gpudoctor.app.follow import DIAGNOSE_EVERY_S, Follower
 from gpudoctor.app.sessions import find_live
 from gpudoctor.jobs import LaunchedJob
+from gpudoctor.step_rows import StepRows
 from gpudoctor.store import Store
 from gpudoctor.terminal import TerminalView
 from gpudoctor.timeline import Timeline
@@ -559,7 +560,6 @@ def test_t_on_a_finding_asks_for_the_trial_of_its_first_remedy() -> None:
 def ddp_timeline(ranks: int, slow_rank: int = 1, extra_ms: float = 12.0) -> Timeline:
     """A DDP job's record as the probe sends it: every rank's step as long as the
     slowest's, the others waiting that long in backward."""
-    from collections import deque
 
     from windows import steps
 
@@ -570,7 +570,7 @@ def ddp_timeline(ranks: int, slow_rank: int = 1, extra_ms: float = 12.0) -> Time
             pid=pid, wall_ms=9.0 + extra_ms, loader_ms=1.0, forward_ms=3.0, optimizer_ms=1.0,
             backward_ms=4.0 + (0.0 if r == slow_rank else extra_ms) + r * 0.01,
         )  # fmt: skip
-        timeline.steps[pid] = deque(rows)
+        timeline.steps[pid] = StepRows(rows)
         timeline.step_counts[pid] = len(rows)
         timeline.facts[pid] = {"rank": str(r), "local_rank": str(r)}
     timeline.end_mono_ns = timeline.steps[100][-1].t_end_mono_ns

@@ -218,6 +218,9 @@ class Window:
     # a process whose rows were all compacted (a store compacted past its job's last
     # step: a long evaluation after training): its newest stretch, rolled up
     slot_rollups: dict[int, StepRollup] = field(default_factory=dict)
+    # when the steady steps began, where the steps above are only the newest of the
+    # rows kept (a whole run's window: its host and GPU readings are from there on)
+    steady_since_ns: int | None = None
     hostname: str | None = None  # this node
     remote_ranks: tuple[RankSummary, ...] = ()  # the other nodes' ranks, as sent
     cpu_peak: CpuPeak | None = None
@@ -489,6 +492,8 @@ class Window:
         if not steps:
             return self.host
         t0 = steps[0].t_end_mono_ns - steps[0].wall_ns
+        if self.steady_since_ns is not None:
+            t0 = min(t0, self.steady_since_ns)
         t1 = steps[-1].t_end_mono_ns
         inside = tuple(h for h in self.host if t0 <= h.t_mono_ns <= t1 + 1_000_000_000)
         return inside or self.host
@@ -535,7 +540,10 @@ class Window:
     def steady_gpus(self) -> tuple[GpuSample, ...]:
         t0 = self.start_mono_ns + int(WARMUP_SECONDS * 1e9)
         if self.steps:
-            t0 = max(t0, self.steady_steps[0].t_end_mono_ns - self.steady_steps[0].wall_ns)
+            first = self.steady_steps[0].t_end_mono_ns - self.steady_steps[0].wall_ns
+            if self.steady_since_ns is not None:
+                first = min(first, self.steady_since_ns)
+            t0 = max(t0, first)
         steady = tuple(g for g in self.gpus if g.t_mono_ns >= t0)
         return steady
 

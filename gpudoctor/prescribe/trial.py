@@ -22,7 +22,7 @@ from typing import Any
 from gpudoctor.diagnosis.rules.noisy_neighbour import busiest, contended
 from gpudoctor.diagnosis.window import WARMUP_STEPS, Window
 from gpudoctor.i18n import _
-from gpudoctor.model import HostSample, StepRecord
+from gpudoctor.model import HostSample
 from gpudoctor.prescribe.loss import LossCheck
 from gpudoctor.prescribe.predict import Prediction
 from gpudoctor.prescribe.rerun import Change
@@ -115,12 +115,12 @@ def arm_of(
     warmup_steps: int = TRIAL_WARMUP_STEPS,
 ) -> Arm:
     """The arm of a recorded run: its steps after warm-up (the first `steps` of them)."""
-    records: Sequence[StepRecord] = timeline.main_steps()
+    records = timeline.main_steps()
     skip = warmup_steps if len(records) > 2 * warmup_steps else 0
     upto = skip + WARMUP_STEPS + steps if steps is not None else None
     # past the trial's warm-up, the diagnosis's too (the window cuts it only from a
     # run's first steps)
-    chosen = tuple(records)[skip + WARMUP_STEPS if skip else 0 : upto]
+    chosen = tuple(records[skip + WARMUP_STEPS if skip else 0 : upto])
     facts = timeline.merged_facts()
     w = Window(steps=chosen, facts=facts)
     steady = w.steady_steps

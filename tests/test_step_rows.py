@@ -1,0 +1,74 @@
+"""A process's step rows kept as columns (gpudoctor/step_rows.py) read back exactly as
+the deque of records they replace: every read, across the bound, mixed with steps
+measured in detail."""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+
+import pytest
+
+from gpudoctor.model import StepRecord
+from gpudoctor.step_rows import StepRows
+from gpudoctor.timeline import Timeline, add_rows, steps_of
+
+PID = 7
+
+
+def probe_rows(start: int, n: int, rng: random.Random) -> list[list[int]]:
+    """Rows as the probe sends them: most only counted (three numbers), one in ~30 in
+    detail (thirteen), in time order."""
+    out = []
+    for i in range(start, start + n):
+        t, wall = 10**9 + i * 1_000_000, rng.randrange(200_000, 2_000_000)
+        if rng.random() < 1 / 30:
+            out.append([i, t, wall, wall // 3, 0, wall // 4, wall // 4, 0, 1, 8, 0, 0, 1])
+        else:
+            out.append([i, t, wall])
+    return out
+
+
+@pytest.mark.parametrize("maxlen", [None, 5_000, 9_000])
+def test_the_columns_read_back_as_the_records_a_deque_would_hold(maxlen: int | None) -> None:
+    rng = random.Random(maxlen or 1)
+    rows, plain = StepRows(maxlen=maxlen), deque[StepRecord](maxlen=maxlen)
+    start = 0
+    for n in [400] * 40 + [1, 7, 3_000, 400]:  # past the bound and its batched trim
+        message = probe_rows(start, n, rng)
+        start += n
+        plain.extend(steps_of(PID, [list(r) for r in message]))
+        add_rows(rows, PID, message)
+        assert len(rows) == len(plain)
+    kept = list(plain)
+    assert list(rows) == kept and list(reversed(rows)) == kept[::-1]
+    assert rows[0] == kept[0] and rows[-1] == kept[-1] and rows[1234] == kept[1234]
+    for a, b, step in ((0, None, 1), (100, 4_000, 1), (17, 3_333, 7), (-500, None, 3)):
+        assert rows[a:b:step] == kept[a:b:step]
+    assert rows.tail(2_000) == kept[-2_000:]
+    assert rows.detailed(100, 3_100) == [s for s in kept[100:3_100] if s.detail]
+    assert any(s.detail for s in kept) and not all(s.detail for s in kept)
+    t = kept[2_000].t_end_mono_ns
+    assert rows.ending_by(t) == 2_001 and rows.ending_before(t) == 2_000
+    assert (rows.number_at(5), rows.end_at(5)) == (kept[5].number, kept[5].t_end_mono_ns)
+    with pytest.raises(IndexError):
+        rows[len(kept)]
+
+
+def test_a_smaller_bound_keeps_the_newest_and_a_record_of_its_own_stays_whole() -> None:
+    odd = StepRecord(PID, 3, 10**9, 5, 0, 0, 0, 0, 0, 0, None, 2, 0, 0)  # syncs, not counted
+    rows = StepRows([odd, *steps_of(PID, [[4, 10**9 + 1, 6], [5, 10**9 + 2, 7]])])
+    assert rows[0] == odd and rows[0].syncs == 2
+    rows.set_maxlen(2)
+    assert [s.number for s in rows] == [4, 5] and rows.detailed(0, 2) == []
+
+
+def test_a_row_that_is_not_numbers_is_refused_whole() -> None:
+    rows = StepRows()
+    add_rows(rows, PID, [[0, 1, 2]])
+    with pytest.raises(ValueError):
+        add_rows(rows, PID, [[1, 2, 3], [2, "x", 4]])
+    timeline = Timeline(["train.py"], 0.0, 0)
+    with pytest.raises(ValueError):
+        timeline.ingest_probe({"pid": PID, "steps": [[0, 1.5, 2]]})
+    assert [s.number for s in rows] == [0]
