@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from itertools import islice, takewhile
+from itertools import islice
 
 from gpudoctor.diagnosis.window import Window
 from gpudoctor.i18n import _
@@ -30,9 +30,10 @@ def status_line(timeline: Timeline, width: int | None = None) -> str:
         parts = [f"pid {timeline.watched_pid}"] + _stack_words(timeline)
     elif steps:
         cutoff = steps[-1].t_end_mono_ns - int(RECENT_S * 1e9)
-        recent = list(takewhile(lambda s: s.t_end_mono_ns >= cutoff, islice(reversed(steps), 2000)))
+        # (the rows end in time order: the newest 2,000 made records, the recent kept)
+        recent = [s for s in steps[-2000:] if s.t_end_mono_ns >= cutoff]
         # the measures of the report's Window, over the last seconds' steps
-        w = Window(steps=tuple(reversed(recent or [steps[-1]])))
+        w = Window(steps=tuple(recent or [steps[-1]]))
         parts.append(_("step {ms}").format(ms=ms_text(w.step_median_ms)))
         if w.steps_per_s:
             rate_part = f"{w.steps_per_s:.1f}/s"

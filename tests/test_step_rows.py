@@ -29,12 +29,12 @@ def probe_rows(start: int, n: int, rng: random.Random) -> list[list[int]]:
     return out
 
 
-@pytest.mark.parametrize("maxlen", [None, 5_000, 9_000])
+@pytest.mark.parametrize("maxlen", [None, 2_500, 5_000, 9_000])
 def test_the_columns_read_back_as_the_records_a_deque_would_hold(maxlen: int | None) -> None:
     rng = random.Random(maxlen or 1)
     rows, plain = StepRows(maxlen=maxlen), deque[StepRecord](maxlen=maxlen)
     start = 0
-    for n in [400] * 40 + [1, 7, 3_000, 400]:  # past the bound and its batched trim
+    for n in [400] * 40 + [1, 7, 3_000, 400]:  # past the bound, round the ring, over it
         message = probe_rows(start, n, rng)
         start += n
         plain.extend(steps_of(PID, [list(r) for r in message]))
@@ -48,8 +48,11 @@ def test_the_columns_read_back_as_the_records_a_deque_would_hold(maxlen: int | N
     assert rows.tail(2_000) == kept[-2_000:]
     assert rows.detailed(100, 3_100) == [s for s in kept[100:3_100] if s.detail]
     assert any(s.detail for s in kept) and not all(s.detail for s in kept)
-    t = kept[2_000].t_end_mono_ns
-    assert rows.ending_by(t) == 2_001 and rows.ending_before(t) == 2_000
+    for i in range(0, len(kept), 97):  # both stretches of the ring, wherever it wraps
+        t = kept[i].t_end_mono_ns
+        assert (rows.ending_by(t), rows.ending_before(t)) == (i + 1, i)
+        assert (rows.ending_by(t - 1), rows.ending_before(t + 1)) == (i, i + 1)
+    assert rows.ending_by(kept[-1].t_end_mono_ns + 1) == len(kept) and rows.ending_by(0) == 0
     assert (rows.number_at(5), rows.end_at(5)) == (kept[5].number, kept[5].t_end_mono_ns)
     with pytest.raises(IndexError):
         rows[len(kept)]
