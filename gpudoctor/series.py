@@ -15,7 +15,6 @@ where they happened.
 
 from __future__ import annotations
 
-import operator
 import statistics
 from collections.abc import Callable, Iterator, Reversible
 from dataclasses import dataclass, field
@@ -33,7 +32,6 @@ POINTS = 120  # intervals across the run: a chart's width has room for about thi
 # percent of all of theirs, less than a plot's row (a twelfth of its height)
 STEPS_AN_INTERVAL = 256
 NO_ROWS = StepRows()  # a process without rows (never added to)
-DETAIL = operator.attrgetter("detail")
 LOOKS = 24  # moments at which the rules are run to say when a finding was first seen
 # window.split()'s parts, in the order a step goes
 SPLIT_PARTS = ("data_wait", "forward", "backward", "optimizer", "other")
@@ -311,10 +309,6 @@ def by_time(lines: dict[int, list[Point]]) -> list[tuple[float, list[float]]]:
         for x, y in points:
             at.setdefault(x, []).append(y)
     return sorted(at.items())
-
-
-def _step_end(s: StepRecord) -> int:
-    return s.t_end_mono_ns
 
 
 def _by_interval(rows: StepRows, start: int, end: int, width_ns: int) -> list[tuple[int, int, int]]:

@@ -18,9 +18,11 @@ from operator import itemgetter
 from typing import overload
 
 from gpudoctor.model import StepRecord
+from gpudoctor.probe import protocol
 
-# a step only counted: what follows (pid, index, end, wall) in its record
-COUNTED_TAIL = (0, 0, 0, 0, 0, 0, None, 0, 0, 0)
+# a step only counted: what follows (pid, index, end, wall) in its record (the probe's
+# rest of such a row, its batch size unknown: None)
+COUNTED_TAIL = tuple(None if f < 0 else f for f in protocol.COUNTED_REST)
 _new = tuple.__new__
 _FIRST = itemgetter(0)
 # The columns are rings of a fixed size, made once for the bound (grown by doubling

@@ -27,13 +27,12 @@ from gpudoctor.model import (
     StepRecord,
 )
 from gpudoctor.probe import protocol
-from gpudoctor.step_rows import StepRows
+from gpudoctor.step_rows import COUNTED_TAIL, StepRows
 
 BATCH = protocol.STEP_FIELDS.index("batch_size")
 WIDTH = len(protocol.STEP_FIELDS)
 COUNTED = protocol.COUNTED_FIELDS
-# a counted step's other fields as a record holds them (its batch size unknown: None)
-COUNTED_REST = tuple(None if f < 0 else f for f in protocol.COUNTED_REST)
+COUNTED_REST = COUNTED_TAIL  # a counted step's other fields as a record holds them
 NUMBER = STEP_FIELD["number"]
 WALL = STEP_FIELD["wall_ns"]
 # A week-long run must not grow the doctor without bound: the timeline keeps the most
