@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -145,3 +146,37 @@ def kill_tree(pid: int) -> None:
     for proc in procs:
         with contextlib.suppress(psutil.Error):
             proc.kill()
+
+
+def tree_cpu_s(pid: int) -> float:
+    """The CPU time a process and its children have used so far (0 once it is gone)."""
+    try:
+        root = psutil.Process(pid)
+        tree = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0.0
+    used = 0.0
+    for one in tree:
+        try:
+            t = one.cpu_times()
+            used += t.user + t.system + t.children_user + t.children_system
+        except psutil.Error:
+            pass
+    return used
+
+
+def wait_for_output(
+    path: Path, text: str, job: subprocess.Popen[Any], stall_s: float = 60.0
+) -> None:
+    """Until `text` is in the job's output file: for as long as the job keeps using CPU,
+    however slowly (a file that runs beside the rest of the suite gets only the CPU the
+    rest leaves: scripts/test.sh); fails when the job ends first, or uses no CPU for
+    stall_s."""
+    most, since = -1.0, time.monotonic()
+    while text not in path.read_text():
+        assert job.poll() is None, f"the job ended before {text!r}: {path.read_text()[-1000:]}"
+        used, now = tree_cpu_s(job.pid), time.monotonic()
+        if used > most:
+            most, since = used, now
+        assert now - since < stall_s, f"no {text!r}, and no CPU used for {stall_s:.0f} s"
+        time.sleep(0.1)

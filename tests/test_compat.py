@@ -28,9 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-import psutil
 import pytest
-from conftest import PY, env_without_probe
+from conftest import PY, env_without_probe, tree_cpu_s
 
 COMPAT = Path(__file__).resolve().parent / "compat"
 SCRIPTS = sorted(p for p in COMPAT.glob("*.py") if not p.name.startswith("_"))
@@ -99,23 +98,6 @@ def torch_loaded(pid: int, timeout: float = 60.0) -> None:
         except OSError:
             return  # ended already
         time.sleep(0.05)
-
-
-def tree_cpu_s(pid: int) -> float:
-    """The CPU time a process and its children have used so far (0 once it is gone)."""
-    try:
-        root = psutil.Process(pid)
-        tree = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return 0.0
-    used = 0.0
-    for one in tree:
-        try:
-            t = one.cpu_times()
-            used += t.user + t.system + t.children_user + t.children_system
-        except psutil.Error:
-            pass
-    return used
 
 
 def finish(proc: subprocess.Popen[bytes] | subprocess.Popen[str]) -> int:

@@ -19,7 +19,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PY, as_from_a_terminal, doctor, env_without_probe, top_finding, wait_for
+from conftest import (
+    PY,
+    as_from_a_terminal,
+    doctor,
+    env_without_probe,
+    top_finding,
+    wait_for,
+    wait_for_output,
+)
 from test_tui import text_of
 from test_watch import _as_user, _doctor_as, _shared_dir, _skip_unless_readable_by, one_line_error
 
@@ -156,10 +164,12 @@ def start(
         [PY, str(script), STEPS, str(log)], stdout=out, stderr=err, text=True,
         preexec_fn=as_from_a_terminal, env=env,
     )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and "step 50" not in (tmp_path / "out.txt").read_text():
-        assert job.poll() is None, (tmp_path / "err.txt").read_text()
-        time.sleep(0.1)
+    try:
+        wait_for_output(tmp_path / "out.txt", "step 50", job)
+    except AssertionError as e:
+        raise AssertionError(
+            f"{e}; its stderr: {(tmp_path / 'err.txt').read_text()[-2000:]}"
+        ) from None
     return job, log
 
 
@@ -449,10 +459,7 @@ def start_until(
             [PY, str(job_script)], stdout=sink, stderr=subprocess.PIPE, text=True,
             cwd=tmp_path, preexec_fn=as_from_a_terminal,
         )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while marker not in out.read_text():
-        assert time.monotonic() < deadline and job.poll() is None
-        time.sleep(0.05)
+    wait_for_output(out, marker, job)
     return job, out
 
 
@@ -720,10 +727,7 @@ def test_all_ranks_injects_into_every_rank_of_a_torchrun_job(tmp_path: Path) -> 
     job = subprocess.Popen(
         command, stdout=out, stderr=subprocess.DEVNULL, cwd=tmp_path, preexec_fn=as_from_a_terminal
     )
-    deadline = time.monotonic() + 60
-    while "training" not in (tmp_path / "out.txt").read_text():
-        assert time.monotonic() < deadline and job.poll() is None
-        time.sleep(0.1)
+    wait_for_output(tmp_path / "out.txt", "training", job)
     # the launcher alone: it trains nothing, and the doctor says what to give instead
     alone = doctor("watch", "--pid", str(job.pid), "--inject", "--headless", timeout=60)
     assert alone.returncode == 2 and "--all-ranks" in alone.stderr, alone.stderr
@@ -752,10 +756,7 @@ def test_root_injects_into_another_users_job_and_a_user_may_not(
             [*_as_user("nobody"), PY, str(theirs), STEPS, str(shared / "steps.log")],
             stdout=out, stderr=subprocess.STDOUT, cwd=shared, env=env_without_probe(),
         )  # fmt: skip
-        deadline = time.monotonic() + 60
-        while "step 50" not in (shared / "out.txt").read_text():
-            assert time.monotonic() < deadline and job.poll() is None
-            time.sleep(0.1)
+        wait_for_output(shared / "out.txt", "step 50", job)
         refused = one_line_error(
             _doctor_as("nobody", "watch", "--pid", str(os.getpid()), "--inject", "--headless")
         )
