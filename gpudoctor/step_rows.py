@@ -14,7 +14,6 @@ from __future__ import annotations
 import bisect
 from array import array
 from collections.abc import Callable, Iterable, Iterator
-from operator import itemgetter
 from typing import overload
 
 from gpudoctor.model import StepRecord
@@ -24,7 +23,6 @@ from gpudoctor.probe import protocol
 # rest of such a row, its batch size unknown: None)
 COUNTED_TAIL = tuple(None if f < 0 else f for f in protocol.COUNTED_REST)
 _new = tuple.__new__
-_FIRST = itemgetter(0)
 # The columns are rings of a fixed size, made once for the bound (grown by doubling
 # only while unbounded): an append writes into them and lets the oldest go, with no
 # allocation, so a week of appends leaves no freed buffers behind (a bounded array that
@@ -86,8 +84,9 @@ class StepRows:
         columns: tuple[list[int], list[int], list[int]],
         whole: list[tuple[int, StepRecord]],
     ) -> None:
-        """Rows by their columns (index, end, wall: a probe message's rows unpacked), the
-        ones measured in detail given `whole`, as (place among these rows, record).
+        """This process's rows by their columns (index, end, wall: a probe message's rows
+        unpacked), the ones measured in detail given `whole`, as (place among these rows,
+        record).
         ValueError when a column holds what is not a 64-bit integer (nothing added)."""
         try:
             number, end, wall = (array("q", c) for c in columns)
@@ -95,14 +94,6 @@ class StepRows:
             raise ValueError(f"step rows: {e}") from None
         if self.pid is None:
             self.pid = pid
-        if pid != self.pid:  # (rows of another process: kept whole, as they are)
-            known = {i for i, _ in whole}
-            whole = whole + [
-                (i, _new(StepRecord, (pid, n, e, w) + COUNTED_TAIL))
-                for i, (n, e, w) in enumerate(zip(number, end, wall, strict=True))
-                if i not in known
-            ]
-            whole.sort(key=_FIRST)
         self._add(number, end, wall, whole)
 
     def _add(

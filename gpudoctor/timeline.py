@@ -32,7 +32,6 @@ from gpudoctor.step_rows import COUNTED_TAIL, StepRows
 BATCH = protocol.STEP_FIELDS.index("batch_size")
 WIDTH = len(protocol.STEP_FIELDS)
 COUNTED = protocol.COUNTED_FIELDS
-COUNTED_REST = COUNTED_TAIL  # a counted step's other fields as a record holds them
 NUMBER = STEP_FIELD["number"]
 WALL = STEP_FIELD["wall_ns"]
 # A week-long run must not grow the doctor without bound: the timeline keeps the most
@@ -82,7 +81,7 @@ def steps_of(pid: int, rows: list[list[Any]]) -> list[StepRecord]:
         rows = [[*row, 1] if len(row) == protocol.STEP_FIELDS_V1_0 else row for row in rows]
     head = (pid,)  # (a tuple added to a tuple: the fastest way to a record's fields)
     if COUNTED in widths:
-        rest, none = COUNTED_REST, ()
+        rest, none = COUNTED_TAIL, ()
         return [
             _new(StepRecord, head + tuple(row) + (rest if len(row) == COUNTED else none))
             for row in _known_batches(rows)

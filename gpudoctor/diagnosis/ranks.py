@@ -94,17 +94,21 @@ def rank_measures(w: Window) -> list[RankMeasure]:
 
 
 def rank_summaries(w: Window) -> list[RankSummary]:
-    """This node's ranks, each measured on its own."""
+    """This node's ranks, each measured on its own: from its rows, or where none are
+    kept (a store compacted past the job's last step) from its newest rolled-up stretch."""
     out = []
     for pid, steps in w.steps_by_pid.items():
         facts = w.facts_by_pid.get(pid, {})
         if facts.get("rank") is None:
             continue
-        if not steps and pid in w.slot_rollups:
-            out.extend(_rolled_summary(w, pid, facts, w.slot_rollups[pid]))
-            continue
-        one = Window(steps=steps, facts=facts)
-        if len(one.steady_steps) < MIN_STEPS:
+        rolled = w.slot_rollups.get(pid) if not steps else None
+        one = Window(steps=steps, rollup=rolled, facts=facts)
+        measured = (
+            _rolled_measures(rolled, one.uses_dataloader)
+            if rolled is not None
+            else _row_measures(one)
+        )
+        if measured is None:
             continue
         gpu = gpu_of(facts, pid, w.gpus)
         out.append(
@@ -113,61 +117,54 @@ def rank_summaries(w: Window) -> list[RankSummary]:
                 rank=_int(facts.get("rank")),
                 local_rank=_int(facts.get("local_rank")),
                 host=w.hostname,
-                steps=len(steps),  # the rows seen; the report puts in exact counts
-                median_ms=median_ms(one.walls_in_order_ns),
-                p90_ms=percentile_ms(one.walls_in_order_ns, 90),
                 samples_per_s=one.samples_per_s,
                 data_wait_fraction=one.data_wait_fraction,
                 uses_dataloader=one.uses_dataloader,
-                parts_ms=_parts_ms(one.detailed_steps, one.uses_dataloader),
-                detailed_median_ms=statistics.median(s.wall_ns for s in one.detailed_steps) / 1e6,
                 gpu_index=gpu.index if gpu else None,
                 gpu_util_pct=_mean_util(w, gpu.index) if gpu else None,
+                **measured,
             )
         )
     return out
 
 
-def _rolled_summary(
-    w: Window, pid: int, facts: dict[str, Any], rollup: StepRollup
-) -> list[RankSummary]:
-    """A rank whose rows were all compacted, from its newest rolled-up stretch: the
-    parts and the detailed step as means (a rollup keeps sums), not medians."""
-    one = Window(rollup=rollup, facts=facts)
+def _row_measures(one: Window) -> dict[str, Any] | None:
+    """A rank's step measures from its rows (None: too few steady ones)."""
+    if len(one.steady_steps) < MIN_STEPS:
+        return None
+    return {
+        "steps": len(one.steps),  # the rows seen; the report puts in exact counts
+        "median_ms": median_ms(one.walls_in_order_ns),
+        "p90_ms": percentile_ms(one.walls_in_order_ns, 90),
+        "parts_ms": _parts_ms(one.detailed_steps, one.uses_dataloader),
+        "detailed_median_ms": statistics.median(s.wall_ns for s in one.detailed_steps) / 1e6,
+    }
+
+
+def _rolled_measures(rollup: StepRollup, loader: bool) -> dict[str, Any] | None:
+    """A rank's step measures from a rolled-up stretch: the parts and the detailed step
+    as means (a rollup keeps sums), not medians (None: too few steps)."""
     if rollup.count < MIN_STEPS or not rollup.detailed:
-        return []
-    wall, loader, outside, forward, backward, optimizer = (
+        return None
+    wall, loader_ns, outside, forward, backward, optimizer = (
         rollup.detailed_wall_ns, rollup.loader_ns, rollup.outside_ns,
         rollup.forward_ns, rollup.backward_ns, rollup.optimizer_ns,
     )  # fmt: skip
-    data = loader if one.uses_dataloader else outside
+    data = loader_ns if loader else outside
     n = rollup.detailed * 1e6
-    parts = {
-        "data": data / n,
-        "host": max(0, wall - data - forward - backward - optimizer) / n,
-        "forward": forward / n,
-        "backward": backward / n,
-        "optimizer": optimizer / n,
+    return {
+        "steps": rollup.count,
+        "median_ms": rollup.quantile_ms(0.5),
+        "p90_ms": rollup.quantile_ms(0.9),
+        "parts_ms": {
+            "data": data / n,
+            "host": max(0, wall - data - forward - backward - optimizer) / n,
+            "forward": forward / n,
+            "backward": backward / n,
+            "optimizer": optimizer / n,
+        },
+        "detailed_median_ms": wall / n,
     }
-    gpu = gpu_of(facts, pid, w.gpus)
-    return [
-        RankSummary(
-            pid=pid,
-            rank=_int(facts.get("rank")),
-            local_rank=_int(facts.get("local_rank")),
-            host=w.hostname,
-            steps=rollup.count,
-            median_ms=rollup.quantile_ms(0.5),
-            p90_ms=rollup.quantile_ms(0.9),
-            samples_per_s=one.samples_per_s,
-            data_wait_fraction=one.data_wait_fraction,
-            uses_dataloader=one.uses_dataloader,
-            parts_ms=parts,
-            detailed_median_ms=wall / n,
-            gpu_index=gpu.index if gpu else None,
-            gpu_util_pct=_mean_util(w, gpu.index) if gpu else None,
-        )
-    ]
 
 
 def compare(summaries: list[RankSummary]) -> list[RankMeasure]:
