@@ -2,11 +2,12 @@
 over the run, the store's size, and the report rebuilt from the (compacted) store
 against the report the run wrote from memory.
 
-    python bench/real_long_run.py [--steps 1800000] [--every 10]
+    python bench/real_long_run.py [--steps 1800000] [--every 10] [--tui 160x45 --seconds S]
 
 The job is bench/loop_job.py (hidden 16, batch 4: a few thousand steps a second); the
 doctor is `gpudoctor run --headless --report` with its defaults (records older than
-10 minutes compacted).
+10 minutes compacted). With `--tui VIEW` the doctor runs with its TUI in a tmux window
+of that size instead (bench/doctor_cost.py's), stopping the job after `--seconds`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=1_800_000)
     p.add_argument("--every", type=float, default=10.0, help="seconds between RSS readings")
+    p.add_argument("--tui", metavar="VIEW", help="with the TUI in a tmux window: 160x45")
+    p.add_argument("--seconds", type=float, default=3600.0, help="the TUI's --max-seconds")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         db, report = Path(folder) / "s.db", Path(folder) / "run.json"
@@ -35,22 +38,40 @@ def main() -> None:
                "--batch-size", "4", "--steps", str(args.steps)]  # fmt: skip
         start = time.monotonic()
         said = open(Path(folder) / "doctor.err", "w+")  # noqa: SIM115 (its status lines)
-        doctor = subprocess.Popen(
-            [sys.executable, "-m", "gpudoctor", "--store", str(db), "run", "--headless",
-             "--report", str(report), "--", *job],
-            stdout=subprocess.DEVNULL, stderr=said, text=True,
-        )  # fmt: skip
-        me = psutil.Process(doctor.pid)
+        cmd = [sys.executable, "-m", "gpudoctor", "--store", str(db), "run", "--report",
+               str(report)]  # fmt: skip
+        window = None
+        if args.tui:
+            sys.path.insert(0, str(ROOT / "bench"))
+            from doctor_cost import start_tui
+
+            me, window = start_tui([*cmd, "--max-seconds", str(args.seconds), "--", *job],
+                                   args.tui)  # fmt: skip
+            poll = me.is_running
+        else:
+            doctor = subprocess.Popen([*cmd, "--headless", "--", *job], stdout=subprocess.DEVNULL,
+                                      stderr=said, text=True)  # fmt: skip
+            me = psutil.Process(doctor.pid)
+
+            def poll() -> bool:
+                return doctor.poll() is None
+
         readings: list[tuple[float, float]] = []
-        while doctor.poll() is None:
+        while poll():
+            if window is not None and time.monotonic() - start > args.seconds + 5:
+                # the app stays up after the job so its end can be read: q closes it
+                subprocess.run(["tmux", "send-keys", "-t", window, "q"], capture_output=True)
             try:
                 readings.append((time.monotonic() - start, me.memory_info().rss / 1e6))
             except psutil.Error:
                 break
-            time.sleep(args.every)
-        doctor.wait()
-        said.seek(0)
-        assert doctor.returncode == 0, said.read()[-2000:]
+            time.sleep(args.every if window is None or readings[-1][0] < args.seconds else 1)
+        if window is None:
+            doctor.wait()
+            said.seek(0)
+            assert doctor.returncode == 0, said.read()[-2000:]
+        else:
+            subprocess.run(["tmux", "kill-session", "-t", window], capture_output=True)
         said.close()
         took = time.monotonic() - start
         live = json.loads(report.read_text())["steps"]
@@ -63,7 +84,8 @@ def main() -> None:
         report_s = time.monotonic() - t
         stored = json.loads(again.stdout)["steps"]
         size = sum(f.stat().st_size for f in Path(folder).glob("s.db*"))
-    print(f"real long run: {live['count']:,} steps in {took:.0f} s under the doctor")
+    how = f"the TUI at {args.tui}" if args.tui else "the headless doctor"
+    print(f"real long run: {live['count']:,} steps in {took:.0f} s under {how}")
     marks = [r for r in readings if r[0] >= 30][:: max(1, int(60 / args.every))]
     print("  doctor RSS: " + ", ".join(f"{rss:.0f} MB at {s / 60:.0f} min" for s, rss in marks))
     print(f"  store: {size / 1e6:.0f} MB; `gpudoctor report` from it: {report_s:.1f} s")

@@ -16,8 +16,8 @@ than KEEP_WHOLE_S are compacted a SLOT_S of record time at a time:
   last message of the slot; a message left with nothing is deleted;
 - host and GPU readings, and the other nodes' rank summaries (sent every 2 s on a
   multi-node job), are thinned to the first of each SAMPLE_EVERY_S (by node; the
-  timeline keeps 21,600 readings in memory whatever the store holds; the report's GPU
-  figures are means, its other nodes' ranks the newest sent), counter pages
+  timeline spreads what it keeps in memory evenly over the run, weighing these by the
+  time they stand for: readings.py; its other nodes' ranks the newest sent), counter pages
   (cumulative) to each process's last of the slot;
 - everything else (facts, findings, ends, exceptions, profiles, stalls...) is kept.
 The recent ten minutes stay whole: the live screens and the rules read the recent

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from itertools import islice
+from itertools import islice, takewhile
 
 from gpudoctor.diagnosis.window import Window
 from gpudoctor.i18n import _
@@ -42,7 +42,11 @@ def status_line(timeline: Timeline, width: int | None = None) -> str:
             parts.append(_("data wait {wait:.0%}").format(wait=w.data_wait_fraction))
     if timeline.gpus:
         last_t = timeline.gpus[-1].t_mono_ns
-        utils = [g.util_gpu_pct for g in timeline.gpus if g.t_mono_ns == last_t]
+        utils = [
+            g.util_gpu_pct
+            for g in takewhile(lambda g: g.t_mono_ns == last_t, reversed(timeline.gpus))
+        ]
+        utils.reverse()  # (the newest tick's, read from the end: not the run's readings)
         shown = " ".join(f"{u}%" if u is not None else "n/a" for u in utils)
         parts.append(f"GPU {shown}")
     else:

@@ -19,7 +19,7 @@ Confidence = Literal["measured", "estimated"]
 EndedBy = Literal["exit", "signal", "oom", "exception", "max-seconds", "detached", "steps"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GpuProcess:
     pid: int
     mem_used_bytes: int | None
@@ -28,7 +28,7 @@ class GpuProcess:
     command: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GpuSample:
     t_mono_ns: int
     index: int
@@ -51,7 +51,7 @@ class GpuSample:
     processes: tuple[GpuProcess, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ProcSample:
     """One process of the job's tree."""
 
@@ -67,7 +67,7 @@ class ProcSample:
     num_threads: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class OtherProcess:
     """A process outside the job that took CPU (noisy-neighbour names it)."""
 
@@ -78,7 +78,7 @@ class OtherProcess:
     cpu_cores: float  # cores' worth of CPU since the previous scan
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class HostSample:
     t_mono_ns: int
     cpu_pct_per_core: tuple[float, ...]

@@ -413,12 +413,9 @@ class Store:
                 # of a live session that was compacted since): counted once
                 if kind != "rollup" or record.get("first_id", after_id + 1) > after_id:
                     apply_record(timeline, kind, record)
-            # GPU readings: only those the timeline keeps (its newest), read newest first
-            # (a week's 8 GPUs: three in four would be read and decoded for nothing, and
-            # their 45 MB of text held)
-            timeline.gpus.extend(
-                self._newest_gpus(session_id, after_id, last, timeline.gpus.maxlen)
-            )
+            # GPU readings: only those the timeline keeps decoded (readings.py: a week's
+            # 8 GPUs, most of them would be decoded for nothing)
+            self._read_gpus(session_id, after_id, last, timeline)
             timeline.settle()  # the step rows held as the records were read
             end_ns, exit_json = self.db.execute(
                 "SELECT end_mono_ns, exit_json FROM sessions WHERE id=?", (session_id,)
@@ -432,25 +429,31 @@ class Store:
             timeline.exit = _built(JobExit, json.loads(exit_json))
         return last
 
-    def _newest_gpus(
-        self, session_id: int, after_id: int, until_id: int, room: int | None
-    ) -> list[GpuSample]:
-        """The newest `room` GPU readings (all when None) of the session's GPU records
-        after `after_id` up to `until_id`, in order; only the records that hold them
-        read and decoded."""
-        ticks: list[list[dict[str, Any]]] = []
-        held = 0
-        for (data,) in self.db.execute(
-            "SELECT data FROM records WHERE session_id=? AND id>? AND id<=? AND kind='gpu'"
-            " ORDER BY id DESC",
+    def _read_gpus(self, session_id: int, after_id: int, until_id: int, timeline: Timeline) -> None:
+        """The session's GPU records after `after_id` up to `until_id` into the timeline:
+        their times read first, and only the records of the ticks it keeps (the newest
+        whole, the older spread evenly) read and decoded."""
+        ticks = self.db.execute(
+            "SELECT id, t_mono_ns FROM records WHERE session_id=? AND id>? AND id<=?"
+            " AND kind='gpu' ORDER BY id",
             (session_id, after_id, until_id),
-        ):
-            if room is not None and held >= room:
-                break
-            ticks.append(jsontext.loads(data))
-            held += len(ticks[-1])
-        gpus = [decode_gpu(g) for tick in reversed(ticks) for g in tick]
-        return gpus[len(gpus) - room :] if room is not None else gpus
+        ).fetchall()
+        if not ticks:
+            return
+        (newest,) = self.db.execute(
+            "SELECT data FROM records WHERE id=?", (ticks[-1][0],)
+        ).fetchone()
+        per_tick = max(1, len(jsontext.loads(newest)))  # the node's GPUs
+        kept, stride = timeline.gpus.ticks_kept((t for _, t in ticks), per_tick)
+        timeline.gpus.adopt(stride)
+        ids = [i for i, t in ticks if t in kept]
+        for start in range(0, len(ids), 500):  # (SQLite's bound on a query's variables)
+            chunk = ids[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            for (data,) in self.db.execute(
+                f"SELECT data FROM records WHERE id IN ({marks}) ORDER BY id", chunk
+            ):
+                timeline.gpus.extend(decode_gpu(g) for g in jsontext.loads(data))
 
     def prune(self, older_than_s: float, now: float | None = None) -> tuple[int, int]:
         """Sessions that started more than `older_than_s` ago and are not live, with
@@ -682,6 +685,9 @@ def decode_gpu(d: dict[str, Any]) -> GpuSample:
     return _built(GpuSample, d)
 
 
+_set = object.__setattr__
+
+
 def _built(cls: type[T], d: dict[str, Any]) -> T:
     """A reading from its stored fields. A newer doctor's record may carry fields this
     one does not know (a reading it added since: HostSample.others_niced_cpu_cores
@@ -689,7 +695,11 @@ def _built(cls: type[T], d: dict[str, Any]) -> T:
     missing that has no default still fails (TypeError)."""
     if d.keys() == _plain_fields(cls):  # every field, as this doctor writes them: its
         built = object.__new__(cls)  # frozen __init__ sets each through object's
-        built.__dict__.update(d)  # __setattr__ (a week's load builds ~100,000)
+        if hasattr(built, "__dict__"):  # __setattr__ (a week's load builds ~100,000)
+            built.__dict__.update(d)
+        else:  # a reading's class has slots (model.py: its memory)
+            for name, value in d.items():
+                _set(built, name, value)
         return built
     try:
         return cls(**d)

@@ -27,6 +27,7 @@ from gpudoctor.model import (
     StepRecord,
 )
 from gpudoctor.probe import protocol
+from gpudoctor.readings import Readings
 from gpudoctor.step_rows import COUNTED_TAIL, StepRows
 
 BATCH = protocol.STEP_FIELDS.index("batch_size")
@@ -48,7 +49,17 @@ MIN_STEP_ROWS = 5_000
 # END_NAMES); a process that trains ends it at a backward or an optimizer step.
 TRAINING_MODES = frozenset({"backward", "optimizer"})
 INFERENCE_MODES = frozenset({"forward", "dataloader"})
-MAX_SAMPLES_KEPT = 6 * 3600  # host and GPU readings: six hours at 1 Hz
+# Host and GPU readings: the last ten minutes whole, the rest of the run spread evenly
+# over at most this many (readings.py): ~3 MB of host readings and ~5 MB of an 8-GPU
+# node's GPU readings at most, for a run of any length (six hours of them kept whole
+# were 21 MB and 7 MB: bench/RESULTS.md). Whole: up to six readings a second of the
+# host, eight GPUs' at 1 Hz.
+HOST_ROOM = 2048
+HOST_RECENT_ROOM = 3600
+GPU_ROOM = 8192
+GPU_RECENT_ROOM = 4800
+# Gauges, stack and hotspot chunks: the newest six hours' at 1 Hz.
+MAX_SAMPLES_KEPT = 6 * 3600
 # A whole run's window (the report's, fix's, trial's) makes records of the newest
 # WHOLE_ROWS rows, shared out evenly, never fewer than MIN_WHOLE_ROWS a process (about
 # 5 MB at the end of a run, where all 100,000 were 27 MB); a run with more rows takes
@@ -64,6 +75,14 @@ RECENT_SAMPLES = 120  # host ticks (two minutes at 1 Hz), and as many per GPU
 
 def _samples() -> deque[Any]:
     return deque(maxlen=MAX_SAMPLES_KEPT)
+
+
+def _host_readings() -> Readings[HostSample]:
+    return Readings(HOST_ROOM, recent_room=HOST_RECENT_ROOM)
+
+
+def _gpu_readings() -> Readings[GpuSample]:
+    return Readings(GPU_ROOM, recent_room=GPU_RECENT_ROOM)
 
 
 _new = tuple.__new__  # _new(StepRecord, fields): StepRecord(*fields) without its keywords
@@ -130,8 +149,8 @@ class Timeline:
     started_unix: float
     start_mono_ns: int
     gpu_reason: str | None = None  # why there are no GPU readings
-    host: deque[HostSample] = field(default_factory=_samples)
-    gpus: deque[GpuSample] = field(default_factory=_samples)
+    host: Readings[HostSample] = field(default_factory=_host_readings)
+    gpus: Readings[GpuSample] = field(default_factory=_gpu_readings)
     steps: dict[int, StepRows] = field(default_factory=dict)
     rollups: dict[int, StepRollup] = field(default_factory=dict)  # every steady step
     # a compacted session's old stretches (end, rows, rollup), by process: a replay
@@ -408,9 +427,12 @@ class Timeline:
             max_steps = max(MIN_WHOLE_ROWS, WHOLE_ROWS // max(1, len(self.steps)))
         by_pid = {pid: _recent(s, max_steps, until_ns, _step_end) for pid, s in self.steps.items()}
         main_steps = by_pid.get(main, ()) if main is not None else ()
-        host = _recent(self.host, max_samples, until_ns, _sample_time)
-        gpu_cap = None if max_samples is None else MAX_GPUS * max_samples
-        gpus = _recent(self.gpus, gpu_cap, until_ns, _sample_time)
+        if whole:  # the run's readings evenly spread (the older ones thinned)
+            host, gpus = self.host.evenly(), self.gpus.evenly()
+        else:
+            host = _recent(self.host, max_samples, until_ns, _sample_time)
+            gpu_cap = None if max_samples is None else MAX_GPUS * max_samples
+            gpus = _recent(self.gpus, gpu_cap, until_ns, _sample_time)
         gauge_cap = None if max_samples is None else RECENT_GAUGES
         gauges = _recent(self.gauges, gauge_cap, until_ns, _gauge_time)
         stacks = _recent(self.stacks, max_samples, until_ns, _chunk_end)
