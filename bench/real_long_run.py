@@ -47,6 +47,9 @@ def main() -> None:
 
             me, window = start_tui([*cmd, "--max-seconds", str(args.seconds), "--", *job],
                                    args.tui)  # fmt: skip
+            # the window stays once the doctor is gone: its last screen read below
+            subprocess.run(["tmux", "set-option", "-t", window, "remain-on-exit", "on"],
+                           capture_output=True)  # fmt: skip
             poll = me.is_running
         else:
             doctor = subprocess.Popen([*cmd, "--headless", "--", *job], stdout=subprocess.DEVNULL,
@@ -71,7 +74,11 @@ def main() -> None:
             said.seek(0)
             assert doctor.returncode == 0, said.read()[-2000:]
         else:
+            screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", window],
+                                    capture_output=True, text=True).stdout  # fmt: skip
             subprocess.run(["tmux", "kill-session", "-t", window], capture_output=True)
+            if not report.exists():  # what the doctor's terminal said last
+                sys.exit(f"no report written; the doctor's screen at its end:\n{screen}")
         said.close()
         took = time.monotonic() - start
         live = json.loads(report.read_text())["steps"]
