@@ -113,10 +113,11 @@ class Readings(Generic[T]):
 
     def evenly(self) -> tuple[T, ...]:
         """The whole run's readings evenly spread: the old ones, and the recent ones
-        thinned to their spacing, the newest always among them (all of them while the old ones are as dense: a run of
-        ten minutes, one not thinned yet). The old ones' spacing is the stride, or, where
-        they came thinned already (the store keeps one a minute of its older readings:
-        compaction.py), the median gap between their ticks."""
+        thinned to their spacing, the newest always among them (all of them while the
+        old ones are as dense: a run of ten minutes, one not thinned yet). The old ones'
+        spacing is the stride, or, where they came thinned already (the store keeps one
+        a minute of its older readings: compaction.py), the median gap between their
+        ticks."""
         spacing = self._stride or _median_gap(self._old)
         gap = _median_gap(self._recent)
         if not spacing or spacing <= gap * 3 // 2:
