@@ -77,7 +77,12 @@ def test_a_script_that_never_imports_torch(tmp_path: Path) -> None:
     script.write_text("import time\nprint('plain job')\ntime.sleep(2.5)\n")
     proc, report = run_job(tmp_path, script)
     assert proc.returncode == 0 and "plain job" in proc.stdout
-    assert report["findings"] == []
+    # nothing of a training job's; on a machine whose other processes kept the job from
+    # a core (this file runs beside the rest of the suite, in the CPU it leaves: CI's
+    # fresh clone saw it wait 100% of the time), that, measured, and only that
+    found = {f["id"]: f for f in report["findings"]}
+    assert set(found) <= {"noisy-neighbour"}, found
+    assert all("waited for a core" in f["evidence"] for f in found.values()), found
     assert report["host"]["samples"] >= 1
     assert "no torch" in report["notes"][0]
 
