@@ -39,7 +39,6 @@ from gpudoctor.model import GpuProcess, GpuSample
 ranks, gpus, steps, rate, days = (int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]),
                                   float(sys.argv[4]), float(sys.argv[5]))
 kids = [subprocess.Popen(["sleep", "600"]) for _ in range(4)]
-reader = HostReader(None)
 reader = HostReader(__import__("os").getpid())
 reader.read(); time.sleep(0.3)
 host_text = json.dumps(encode(reader.read()))
