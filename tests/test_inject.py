@@ -554,6 +554,57 @@ def test_a_job_paused_inside_a_garbage_collection_gets_the_probe_outside_it(
     assert r["mode"] == "inject" and r["steps"]["count"] > 0
 
 
+@pytest.mark.skipif(shutil.which("gdb") is None, reason="gdb is not installed")
+@pytest.mark.skipif(
+    platform.machine() == "x86_64" and inject.amx_state(),
+    reason="a debugger's call is refused on a CPU with AMX (test_lldb_injects... checks it)",
+)
+def test_a_debugger_slow_to_reach_the_job_still_starts_the_probe(tmp_path: Path) -> None:
+    """A debugger starved of CPU (lldb beside CI's suite) reached the job's safe point
+    21 s after the doctor wrote the boot script, which then said "late" and did nothing
+    though the doctor was still waiting for it. Here gdb starts 22 s late, past the
+    doctor's 20 s wait for it (the interrupt it sends then is ignored, as a starved
+    debugger still loading a job's symbols does not act on it at once): the probe starts,
+    counts the job's steps, and leaves it as it was."""
+    slow = tmp_path / "bin"
+    slow.mkdir()
+    (slow / "gdb").write_text(
+        f"#!/bin/sh\ntrap '' INT\nsleep 22\ntrap - INT\nexec {shutil.which('gdb')} \"$@\"\n"
+    )
+    (slow / "gdb").chmod(0o755)
+    job_script = tmp_path / "job.py"
+    job_script.write_text(
+        textwrap.dedent(
+            """
+            import os, time, torch
+            torch.manual_seed(0)
+            model = torch.nn.Linear(8, 2)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            print("training", flush=True)
+            end = time.monotonic() + 120  # or once the doctor has come and gone
+            while time.monotonic() < end and not os.path.exists("left"):
+                loss = model(torch.randn(4, 8)).square().mean()
+                opt.zero_grad(); loss.backward(); opt.step()
+                time.sleep(0.02)
+            print("done")
+            """
+        )
+    )
+    job, out = start_until(job_script, tmp_path, "training")
+    env = {
+        **os.environ, "GPUDOCTOR_INJECT_ROUTE": "gdb",
+        "PATH": f"{slow}{os.pathsep}{os.environ['PATH']}",
+    }  # fmt: skip
+    started = time.monotonic()
+    r: Any = attach_for(job.pid, "2", tmp_path / "r.json", env=env)
+    assert time.monotonic() - started > 22  # the slow gdb was the one used
+    (tmp_path / "left").touch()
+    _, err = job.communicate(timeout=60)
+    assert job.returncode == 0 and err == "", err
+    assert out.read_text().splitlines() == ["training", "done"]
+    assert r["mode"] == "inject" and r["steps"]["count"] > 0
+
+
 def test_the_ptrace_route_reaches_every_cpython_on_this_machine(tmp_path: Path) -> None:
     """Each CPython 3.10-3.13 installed here (pyenv's, Debian's) takes the doctor's call
     and runs the boot script, which answers that the job has no torch: one line, exit

@@ -59,6 +59,8 @@ RESULT_NAME = "inject.result"
 SAFE_POINT_WAIT_S = 20.0
 # sys.remote_exec returns at once: the target runs the script at its next safe point.
 RESULT_WAIT_S = 20.0
+# the longest a debugger (gdb, lldb) is waited for: SAFE_POINT_WAIT_S, then interrupted
+DEBUGGER_WAIT_S = SAFE_POINT_WAIT_S + 10.0
 CAP_SYS_PTRACE = 19
 # Signals the job may get while gdb holds it (a child ending, a timer, a user's SIGUSR1):
 # handed to it as they come, never a stop. One that stopped the boot script's call would
@@ -395,17 +397,25 @@ def inject(pid: int, folder: str, settings: dict[str, object], route: str) -> st
     with contextlib.suppress(FileNotFoundError):
         os.unlink(result)
     boot = os.path.join(folder, BOOT_NAME)
-    Path(boot).write_text(
-        BOOT.format(
+
+    def write_boot(wait_s: float) -> None:
+        """The boot script, which does nothing once `wait_s` from now have passed (the
+        doctor no longer waits for it); replaced whole: the job reads it as it runs it."""
+        text = BOOT.format(
             init=str(PROBE_DIR / "__init__.py"),
             folder=str(PROBE_DIR),
             settings={**settings, "route": route},
             result=result,
-            deadline=time.time() + RESULT_WAIT_S + 1.0,
+            deadline=time.time() + wait_s + 1.0,
             importers=set(IMPORTERS),
             bottoms=set(BOTTOMS),
         )
-    )
+        Path(boot + ".new").write_text(text)
+        os.replace(boot + ".new", boot)
+
+    # A debugger runs the script while the doctor waits for the debugger (up to
+    # DEBUGGER_WAIT_S); lldb took 21 s to get there on a starved machine (CI)
+    write_boot(DEBUGGER_WAIT_S + RESULT_WAIT_S)
     if route == "remote_exec":
         _remote_exec(pid, boot)
     elif route == "ptrace":
@@ -414,6 +424,8 @@ def inject(pid: int, folder: str, settings: dict[str, object], route: str) -> st
         _lldb(pid, boot)
     else:
         _gdb(pid, boot)
+    if not os.path.exists(result):  # the job runs it later: its deadline is the doctor's
+        write_boot(RESULT_WAIT_S)
     deadline = time.monotonic() + RESULT_WAIT_S
     while time.monotonic() < deadline:
         with contextlib.suppress(FileNotFoundError):
@@ -583,7 +595,7 @@ def _debugger(argv: list[str]) -> tuple[str, bool]:
         # never killed, which would leave its breakpoint in the job
         debugger.send_signal(signal.SIGINT)
         try:
-            output, _unused = debugger.communicate(timeout=10)
+            output, _unused = debugger.communicate(timeout=DEBUGGER_WAIT_S - SAFE_POINT_WAIT_S)
         except subprocess.TimeoutExpired:
             debugger.send_signal(signal.SIGINT)
             output, _unused = debugger.communicate()
