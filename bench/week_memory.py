@@ -1,13 +1,15 @@
 """The doctor's memory after a week (issue 41): a timeline fed a week of host and GPU
 readings (one a second, as the doctor reads them) and a fast loop's step rows (the rows
-are full long before a week: step_rows.py), through the paths the live doctor uses
-(Timeline.host/gpus, Timeline.ingest_probe), then the whole run's report built. Each
+are full long before a week: step_rows.py) in the probe's messages, through the paths
+the live doctor uses (Timeline.host/gpus; Timeline.ingest_probe and Compactor.knows, as
+LaunchedJob._drain_probe: the messages compaction will take, up to MAX_KNOWN, are held
+too), then the whole run's report built. Each
 reading is decoded from its own JSON text, as the store gives them back, so none shares
 its numbers with another; the host reading is a real one (HostReader, of this process
 with four children in the job's place: a training process and its DataLoader workers),
 the GPU one in the NVML reader's shape.
 
-    python bench/week_memory.py [--days 7] [--steps 200000] [--against TREE]
+    python bench/week_memory.py [--days 7] [--steps 2400000] [--against TREE]
 
 Cases: one process at 3,000 steps a second with one GPU; 8 ranks at 100 steps a second
 each with 8 GPUs. Prints, per case and tree: the RSS the timeline grew by, the process's
@@ -30,6 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 CHILD = r"""
 import gc, json, random, resource, subprocess, sys, time
 import psutil
+from gpudoctor import jsontext
+from gpudoctor.compaction import Compactor
 from gpudoctor.timeline import Timeline
 from gpudoctor.report.build import build
 from gpudoctor.sources.host import HostReader
@@ -55,8 +59,10 @@ proc = psutil.Process()
 gc.collect()
 before = proc.memory_info().rss
 timeline = Timeline(["python", "train.py"], 0.0, 0)
+live = Compactor()
 rng = random.Random(1)
-step_ns, per = int(1e9 / rate), 400
+# the probe's messages: a quarter second of rows each, at most 400 (agent.py, protocol.py)
+step_ns, per = int(1e9 / rate), min(400, int(rate / 4))
 for start in range(0, steps, per):
     for rank in range(ranks):
         batch = []
@@ -66,10 +72,15 @@ for start in range(0, steps, per):
                 batch.append([i, t, wall, wall // 3, 0, wall // 4, wall // 4, 0, 1, 32, 0, 0, 1])
             else:
                 batch.append([i, t, wall])
-        timeline.ingest_probe({"pid": 1000 + rank, "steps": batch})
-    if start == 0 and ranks > 1:
-        for rank in range(ranks):
-            timeline.ingest_probe({"pid": 1000 + rank, "facts": {"rank": rank}})
+        message = {"v": "1.1", "pid": 1000 + rank, "seq": start // per, "steps": batch,
+                   "counts": {"steps": start + per, "rows": start + per, "dropped": 0}}
+        if start == 0 and ranks > 1:
+            message["facts"] = {"rank": rank}
+        # as the live doctor takes it in (LaunchedJob._drain_probe): read, rolled up on
+        # its own too, and handed to compaction, which holds up to MAX_KNOWN of them
+        text = json.dumps(message, separators=(",", ":"))
+        read = jsontext.loads(text)
+        live.knows(t, text, read, timeline.ingest_probe(read, apart=True))
 h0, g0 = json.loads(host_text), json.loads(gpu_text)
 host_tpl = host_text.replace('"t_mono_ns": %d' % h0["t_mono_ns"], '"t_mono_ns": %d', 1)
 host_tpl = host_tpl.replace('"load_1m": %r' % h0["load_1m"], '"load_1m": %r', 1)
@@ -89,6 +100,7 @@ report = build(timeline, 1)
 report_s = time.perf_counter() - t0
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps({"grown_mb": round(grown / 1e6, 1), "peak_mb": round(peak, 1),
+                  "known": len(live.known),
                   "host_held": len(timeline.host), "gpu_held": len(timeline.gpus),
                   "host_bytes": len(host_text), "feed_s": round(feed_s, 1),
                   "report_s": round(report_s, 3), "findings": [f.id for f in report.findings]}))
@@ -108,7 +120,7 @@ def run(tree: Path, ranks: int, gpus: int, steps: int, rate: float, days: float)
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--days", type=float, default=7.0)
-    p.add_argument("--steps", type=int, default=200_000, help="per process")
+    p.add_argument("--steps", type=int, default=2_400_000, help="all processes together")
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--against", type=Path, help="another version's checkout")
     args = p.parse_args()

@@ -85,8 +85,10 @@ class Plan:
     add: list[tuple[str, int, str]] = field(default_factory=list)  # (kind, t, data)
 
 
-# A message the live doctor read: (pid, its rows, their steady ones rolled up, the rest)
-Known = tuple[int, int, StepRollup | None, dict[str, Any]]
+# A message the live doctor read: (pid, its rows, their steady ones rolled up, the rest
+# of the message as JSON text), packed: ~0.9 kB a message where the rollup and the rest
+# as objects took ~2.5 kB (5,000 of them, 12 MB of the TUI doctor's ~95: bench/RESULTS.md)
+Known = tuple[int, int, bytes | None, str]
 
 
 @dataclass
@@ -113,9 +115,10 @@ class Compactor:
         about 0.25% of a core to decode twice: bench/RESULTS.md)."""
         if len(self.known) >= MAX_KNOWN:
             del self.known[next(iter(self.known))]  # the oldest: decoded when its turn comes
-        rest = {k: v for k, v in message.items() if k != "steps"}
+        rest = json.dumps({k: v for k, v in message.items() if k != "steps"}, separators=(",", ":"))
         rows = message.get("steps") or ()
-        self.known[(t, len(data), hash(data))] = (int(message["pid"]), len(rows), rollup, rest)
+        packed = rollup.packed() if rollup is not None else None
+        self.known[(t, len(data), hash(data))] = (int(message["pid"]), len(rows), packed, rest)
 
     def restart(self) -> None:
         """The slot in progress forgotten (it could not be written): read it again."""
@@ -159,7 +162,9 @@ class Compactor:
         settled when the process's next message shows it is not the last."""
         known = self.known.pop((t, len(data), hash(data)), None) if self.known else None
         if known is not None:  # read as it came: the same text, not decoded again
-            pid, n, these, message = known
+            pid, n, packed, rest = known
+            these = StepRollup.unpacked(packed) if packed is not None else None
+            message = jsontext.loads(rest)
         else:
             read = _message(data)
             if read is None:

@@ -248,6 +248,30 @@ def test_the_live_compactor_keeps_at_most_max_known_messages(
     assert sorted(key[0] for key in compactor.known) == [2, 3, 4]
 
 
+def test_what_the_live_compactor_holds_of_a_message_is_packed_and_reads_back_the_same() -> None:
+    """Each message the live doctor read waits for compaction (minutes; up to MAX_KNOWN
+    of them) in under a kilobyte: its rollup packed, the rest as text. They read back
+    as the same rollup (a zero-length step's bucket, detailed sums, batch sizes) and the
+    same message without its rows."""
+    rng = random.Random(3)
+    batch = rows(0, WARMUP_STEPS, 400, rng)
+    batch[5][2] = 0  # a step timed at 0 ns: bucket -1
+    message = {"v": "1.1", "pid": BASE_PID, "seq": 9, "steps": batch,
+               "counts": {"steps": 400, "rows": 400, "dropped": 0},
+               "gauges": {"t": 5, "peak_reserved": 2**40, "alloc_retries": 0}}  # fmt: skip
+    text = json.dumps(message)
+    read = jsontext.loads(text)
+    rollup = Timeline(["python", "train.py"], 0.0, 0).ingest_probe(read, apart=True)
+    assert rollup is not None and rollup.detailed == 100 and rollup.buckets[-1] == 1
+    compactor = Compactor()
+    compactor.knows(7, text, read, rollup)
+    ((pid, n, packed, rest),) = compactor.known.values()
+    assert (pid, n) == (BASE_PID, 400) and packed is not None
+    assert StepRollup.unpacked(packed) == rollup
+    assert json.loads(rest) == {k: v for k, v in message.items() if k != "steps"}
+    assert len(packed) + len(rest) < 1000  # the rollup's bucket dict alone was ~1.4 kB
+
+
 def test_a_compaction_pass_holds_about_a_megabyte_of_records_at_once(tmp_path: Path) -> None:
     """A fast loop's probe messages are tens of KB each: a pass of PASS_RECORDS of them
     held tens of MB of text at once in the doctor. A pass stops once it has read

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from array import array
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -101,6 +102,27 @@ class StepRollup:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for bucket, n in other.buckets.items():
             self.buckets[bucket] = self.buckets.get(bucket, 0) + n
+
+    def packed(self) -> bytes:
+        """The rollup in a few hundred bytes: its sums (64-bit), then its buckets as pairs
+        (32-bit: a bucket's index and its steps, a message's few hundred). A probe
+        message's rollup, held until compaction takes it (compaction.Compactor.knows),
+        costs ~1.4 kB as an object with its bucket dict."""
+        pairs = array("i")
+        for pair in self.buckets.items():
+            pairs.extend(pair)
+        return array("q", [getattr(self, name) for name in _SUMMED]).tobytes() + pairs.tobytes()
+
+    @classmethod
+    def unpacked(cls, data: bytes) -> StepRollup:
+        """The rollup `packed` made."""
+        sums, pairs = array("q"), array("i")
+        sums.frombytes(data[: 8 * len(_SUMMED)])
+        pairs.frombytes(data[8 * len(_SUMMED) :])
+        rollup = cls(buckets=dict(zip(pairs[::2], pairs[1::2], strict=True)))
+        for name, value in zip(_SUMMED, sums, strict=True):
+            setattr(rollup, name, value)
+        return rollup
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
