@@ -7,7 +7,9 @@ replay's seek answer on it.
    processes each send four probe messages a second (RATE steps a second between them,
    rows as protocol.STEP_FIELDS, a step only counted in its COUNTED_FIELDS, with the
    version, sequence, cumulative counts and the CUDA allocator's gauges the probe
-   adds), a counter page a second each, a host reading (this machine's, re-stamped)
+   adds, and every other message the counts of forwards, backwards, optimizer steps
+   and loader batches and the time ledger a real probe sends as facts), a counter page
+   a second each, a host reading (this machine's, re-stamped)
    and GPUS GPUs' readings a second, written with
    Store.add/add_raw/commit as the doctor writes them; every simulated minute the
    session is compacted as the live doctor compacts it (compaction.py, records older
@@ -103,6 +105,16 @@ def ingest(
                                "peak_reserved": 61 << 30, "alloc_retries": 0, "ooms": 0},
                     "counts": {"steps": numbers[rank], "rows": numbers[rank], "dropped": 0},
                 }  # fmt: skip
+                if quarter % 2:  # the counts and ledger a real probe sends every other time
+                    message["facts"] = {
+                        "forwards": numbers[rank], "backwards": numbers[rank],
+                        "optimizer_steps": numbers[rank],
+                        "dataloader_batches": {"0": numbers[rank]},
+                        "ledger_ns": {"first_step_start": S, "last_step_end": t,
+                                      "evaluation": 0, "evaluation_before": 0,
+                                      "checkpoint": 0, "checkpoints": 0,
+                                      "evaluation_after": 0, "checkpoint_after": 0},
+                    }  # fmt: skip
                 store.add_raw(session, "probe", t, json.dumps(message))
         t = second * S + S - 1
         for rank in range(ranks):

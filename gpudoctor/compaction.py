@@ -69,6 +69,14 @@ KINDS = ("probe", "host", "gpu", "page", "ranks")  # what compaction touches
 # cumulative counts, and the CUDA allocator's gauges (whose peak is the run's own).
 LAST_ONLY = ("counts", "dropped", "gauges")
 ROUTINE = ("v", "seq")  # dropped from every compacted message
+# Facts a process sends again and again (its counts of forwards, backwards and optimizer
+# steps, its loaders' batches, its time ledger): a fast loop's probe sends them with
+# every other message, ~300 bytes each, and a slot kept them all, ~100 MB a day a process
+# in the store (a real loop under the doctor: bench/RESULTS.md). A slot keeps each key's
+# newest value of a process, in the message that sent it, as a replay and a report read
+# only the newest anyway (Timeline.ingest_probe updates its facts). These facts are
+# events instead, each one kept: a capture's result (Timeline.profiles notes its time).
+EVENT_FACTS = ("profile",)
 # The live doctor's messages, already read and rolled up as they came (Compactor.knows),
 # kept for compaction up to this many: it reads them again within COMPACT_EVERY_S (a
 # few hundred a minute on a fast loop), so the bound holds only while it cannot (its
@@ -104,6 +112,10 @@ class Compactor:
     last: dict[int, tuple[int, dict[str, Any], bool]] = field(default_factory=dict)
     pages: dict[int, int] = field(default_factory=dict)  # pid -> its last page's id
     plan: Plan = field(default_factory=Plan)
+    # pid -> fact key -> the record that sent its newest value in the slot
+    holders: dict[int, dict[str, int]] = field(default_factory=dict)
+    # record id -> (its message, changed): not the last, but holding a newest fact value
+    waiting: dict[int, tuple[dict[str, Any], bool]] = field(default_factory=dict)
     # (time, length, hash) of a probe message's text -> (pid, rows, their rollup, the
     # message without its rows): what the live doctor read already (knows)
     known: dict[tuple[int, int, int], Known] = field(default_factory=dict)
@@ -124,6 +136,7 @@ class Compactor:
         """The slot in progress forgotten (it could not be written): read it again."""
         self.slot, self.read_id = None, self.done_id
         self.rollups, self.last, self.pages, self.plan = {}, {}, {}, Plan()
+        self.holders, self.waiting = {}, {}
 
     def read(self, records: list[tuple[int, str, int, str]], before_ns: int) -> Plan | None:
         """The next records after `read_id` (id, kind, t_mono_ns, data), in id order.
@@ -184,14 +197,55 @@ class Compactor:
         changed = bool(n) or any(k in message for k in ROUTINE)
         for key in ROUTINE:
             message.pop(key, None)
+        facts = message.get("facts")
+        if isinstance(facts, dict):
+            self._supersede(pid, record_id, facts)
         if pid in self.last:  # the one before is not the last: its cumulative keys go
             self._settle(*self.last[pid], last=False)
         self.last[pid] = (record_id, message, changed)
+
+    def _supersede(self, pid: int, record_id: int, facts: dict[str, Any]) -> None:
+        """`record_id` sends these facts of `pid` anew: their older values in the slot
+        go from the messages that held them (a message left holding none is settled)."""
+        holders = self.holders.setdefault(pid, {})
+        for key in facts:
+            if key in EVENT_FACTS:
+                continue
+            old, holders[key] = holders.get(key), record_id
+            if old is None:
+                continue
+            if old in self.waiting:
+                message = self.waiting.pop(old)[0]
+                _drop_fact(message, key)
+                if self._holds(message, old):
+                    self.waiting[old] = (message, True)
+                else:
+                    self._write(old, message, True)
+            elif pid in self.last and self.last[pid][0] == old:
+                message = self.last[pid][1]
+                _drop_fact(message, key)
+                self.last[pid] = (old, message, True)
+
+    def _holds(self, message: dict[str, Any], record_id: int) -> bool:
+        """The message (`record_id`'s) holds the newest value of one of its process's facts."""
+        facts = message.get("facts")
+        if not isinstance(facts, dict):
+            return False
+        holders = self.holders.get(int(message["pid"]), {})
+        return any(holders.get(key) == record_id for key in facts)
 
     def _settle(self, record_id: int, message: dict[str, Any], changed: bool, last: bool) -> None:
         if not last:
             removed = [message.pop(key, None) for key in LAST_ONLY]
             changed = changed or any(value is not None for value in removed)
+            if self._holds(message, record_id):  # settled when they are sent anew, or at the end
+                self.waiting[record_id] = (message, changed)
+                return
+        self._write(record_id, message, changed)
+
+    def _write(self, record_id: int, message: dict[str, Any], changed: bool) -> None:
+        """A message's compacted form into the plan: rewritten, deleted when nothing but
+        its pid is left, or as it is."""
         if not changed:
             return  # compacted already
         if set(message) - {"pid"}:
@@ -202,6 +256,8 @@ class Compactor:
     def _finish(self) -> Plan:
         for record_id, message, changed in self.last.values():
             self._settle(record_id, message, changed, last=True)
+        for record_id, (message, changed) in self.waiting.items():
+            self._write(record_id, message, changed)
         plan = self.plan
         for pid, (rollup, rows, t, first) in self.rollups.items():
             # the ids folded: a follower that read them already (store.follow) skips it
@@ -212,11 +268,20 @@ class Compactor:
             plan.add.append(("rollup", t, json.dumps(record, separators=(",", ":"))))
         self.slot = None
         self.rollups, self.last, self.pages, self.plan = {}, {}, {}, Plan()
+        self.holders, self.waiting = {}, {}
         return plan
 
     def written(self) -> None:
         """The slot's plan is in the store: its records are done."""
         self.done_id = self.read_id
+
+
+def _drop_fact(message: dict[str, Any], key: str) -> None:
+    """An older value of a fact, sent anew later in the slot, out of its message."""
+    facts = message["facts"]
+    del facts[key]
+    if not facts:
+        del message["facts"]
 
 
 def _message(data: str) -> dict[str, Any] | None:

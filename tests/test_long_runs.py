@@ -125,13 +125,15 @@ def test_the_median_and_p90_from_the_rows_ints_are_the_floats_bit_for_bit() -> N
 
 
 def record_a_run(
-    store: Store, ranks: int, steps: int, live: Compactor | None = None
+    store: Store, ranks: int, steps: int, live: Compactor | None = None, counters: bool = False
 ) -> tuple[int, int]:
     """A run as the doctor records it: probe messages of 400 rows per rank (10 ms steps,
     first half twice as slow), a host reading and two GPUs' each second (a real
     reading of this machine, and the H200 recording's), counter pages. (session, end)
     With `live`, each message is also read and rolled up as the live doctor does, and
-    handed to that compactor (LaunchedJob._drain)."""
+    handed to that compactor (LaunchedJob._drain). With `counters`, every other message
+    carries the facts a real probe sends again and again (its counts and time ledger),
+    and a capture's result comes twice (the fact `profile`)."""
     from test_devices import eight_gpus
 
     rng = random.Random(11)
@@ -145,11 +147,21 @@ def record_a_run(
             t = batch[-1][1]
             # as the probe sends it: its version, sequence and cumulative counts, the
             # CUDA allocator's gauges
-            message = {"v": "1.1", "pid": BASE_PID + rank, "seq": start // 400, "steps": batch,
-                       "counts": {"steps": start + 400, "rows": start + 400, "dropped": 0},
-                       "gauges": {"t": t, "peak_reserved": 2**30, "alloc_retries": 0}}  # fmt: skip
+            message: dict[str, Any] = {
+                "v": "1.1", "pid": BASE_PID + rank, "seq": start // 400, "steps": batch,
+                "counts": {"steps": start + 400, "rows": start + 400, "dropped": 0},
+                "gauges": {"t": t, "peak_reserved": 2**30, "alloc_retries": 0},
+            }  # fmt: skip
             if start == 0:
                 message["facts"] = {"rank": rank}
+            if counters and start // 400 % 2:
+                message["facts"] = {
+                    "forwards": start + 400, "backwards": start + 400,
+                    "dataloader_batches": {"0": start + 400},
+                    "ledger_ns": {"first_step_start": 10**9, "last_step_end": t, "checkpoints": 0},
+                }  # fmt: skip
+            if counters and start in (4_000, 4_400):
+                message["facts"] = {**message.get("facts", {}), "profile": {"at": start}}
             text = json.dumps(message)
             store.add_raw(session, "probe", t, text)
             if live is not None:
@@ -386,6 +398,60 @@ def test_a_compacted_store_gives_the_report_of_every_row(
     assert follower.counted_steps() == compacted.counted_steps()
     assert build(follower, session).steps.count == 20_000
     store.close()
+
+
+def test_facts_sent_again_and_again_keep_their_newest_value_a_slot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real probe sends its counts of forwards and its time ledger with every other
+    message (bench/RESULTS.md), and compaction kept each one: ~100 MB a day a process.
+    A slot keeps each such fact's newest value of a process in the message that sent it;
+    a fact sent once stays where it was, and every capture's result (an event) stays.
+    The store loads the same facts, captures and report as before compaction, and a
+    live doctor's compaction writes what one that decodes every message writes."""
+    slot = 10
+    monkeypatch.setattr(compaction, "SLOT_S", float(slot))
+    stores = {}
+    for name in ("decoding", "live"):
+        store = Store(tmp_path / f"{name}.db")
+        live = Compactor() if name == "live" else None
+        session, end = record_a_run(store, ranks=2, steps=20_000, live=live, counters=True)
+        before, whole = kinds(store, session), store.load(session)
+        cutoff = end - 60 * 10**9
+        compactor = live or Compactor()
+        while store.compact(session, cutoff, compactor):
+            pass
+        compacted = store.load(session)
+        assert compacted.facts == whole.facts and compacted.facts[BASE_PID]["rank"] == 0
+        assert compacted.facts[BASE_PID]["forwards"] == 20_000
+        assert len(compacted.profiles) == len(whole.profiles) == 4  # 2 captures, 2 ranks
+        assert build(compacted, session).steps == build(whole, session).steps
+        old = [
+            (t // (slot * 10**9), json.loads(d))
+            for t, d in store.db.execute(
+                "SELECT t_mono_ns, data FROM records WHERE kind='probe' AND t_mono_ns<?",
+                (cutoff - slot * 10**9,),
+            )
+        ]
+        slots = {n for n, _ in old}
+        for pid in (BASE_PID, BASE_PID + 1):
+            with_facts = [(n, m["facts"]) for n, m in old if m["pid"] == pid and "facts" in m]
+            counted = [n for n, f in with_facts if "forwards" in f]
+            assert counted == sorted(slots)  # the newest counts of each slot, once
+            assert sum("rank" in f for _, f in with_facts) == 1
+            assert sum("profile" in f for _, f in with_facts) == 2
+            # the slot's last message with counts holds them (seq 0 is the rank's)
+            assert len(with_facts) <= len(slots) + 3
+        # what is left of the old stretch's messages: a few hundred bytes a slot a rank
+        # (each message with counts was ~200 bytes compacted, two in each second)
+        left = sum(len(json.dumps(m)) for _, m in old)
+        assert left < 300 * 2 * len(slots) + 2_000, (left, len(slots))
+        assert kinds(store, session)["probe"][1] < before["probe"][1]
+        stores[name] = sorted(
+            d for (d,) in store.db.execute("SELECT data FROM records WHERE kind='probe'")
+        )
+        store.close()
+    assert stores["live"] == stores["decoding"]
 
 
 def test_a_store_compacted_to_its_end_gives_the_same_step_measures(
