@@ -166,8 +166,8 @@ def extend_to_a_week(source: Path, target: Path, session: int, hours: float) -> 
         con.execute(
             "INSERT INTO records (session_id, t_mono_ns, kind, data) SELECT session_id,"
             " t_mono_ns + ?, kind, data FROM src.records WHERE session_id=? AND t_mono_ns<?"
-            " AND (kind != 'probe' OR ? = 0 OR data NOT LIKE '%\"facts\"%') ORDER BY id",
-            (k * span, session, whole_from, k),
+            " ORDER BY id",
+            (k * span, session, whole_from),
         )
     con.execute(
         "INSERT INTO records (session_id, t_mono_ns, kind, data) SELECT session_id,"
