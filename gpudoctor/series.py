@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from gpudoctor.diagnosis.engine import diagnose
+from gpudoctor.diagnosis.rollup import StepRollup
 from gpudoctor.diagnosis.window import WARMUP_STEPS, Window, percentile, stack_steps_per_s
 from gpudoctor.i18n import _
 from gpudoctor.model import StepRecord
@@ -161,6 +162,13 @@ def run_series(
             slot_rate = _slot_samples_per_s(one)
             if slot_rate is not None:
                 out.samples_per_s.append((x, round(slot_rate, 1)))
+    for x, rollup in _binned(timeline, main, rows, start, end):
+        one = Window(rollup=rollup, facts=facts)
+        _add_steps(out, x, one, rollup.quantile_ms(0.5), rollup.quantile_ms(0.9))
+        out.steps_per_s.append((x, round(rollup.count / (rollup.wall_ns / 1e9), 2)))
+        bin_rate = _slot_samples_per_s(one)
+        if bin_rate is not None:
+            out.samples_per_s.append((x, round(bin_rate, 1)))
     for i, first, last in steps:
         # a fast loop's thousands of steps an interval: every n-th measures it (counted
         # all), so a refresh costs the same whatever the step rate
@@ -269,6 +277,10 @@ def _ranks_samples(
                 x = round((t_ns - t0) / 1e9, 1)
                 totals[x] = totals.get(x, 0.0) + rate
         rows = timeline.steps.get(pid, NO_ROWS)
+        for x, rollup in _binned(timeline, pid, rows, start, end):
+            rate = _slot_samples_per_s(Window(rollup=rollup, facts=facts))
+            if rate is not None:
+                totals[x] = totals.get(x, 0.0) + rate
         for i, first, last in _by_interval(rows, start, end, width_ns):
             # the samples a step come from the detailed steps alone (window.py): those
             # measured, the rest of the interval only counted (8 ranks' plots: 8 times
@@ -281,6 +293,22 @@ def _ranks_samples(
                 x = middle(i)
                 totals[x] = totals.get(x, 0.0) + per_step * taken / (width_ns / 1e9)
     return [(x, round(v, 1)) for x, v in sorted(totals.items())]
+
+
+def _binned(
+    timeline: Timeline, pid: int | None, rows: StepRows, start: int, end: int
+) -> Iterator[tuple[float, StepRollup]]:
+    """The live doctor's bins of `pid`'s steps (Timeline.bins) that end before its
+    oldest row, within [start, end]: (seconds since the run's start, their rollup). A
+    store's compacted stretches are its slots instead (never both)."""
+    bins = timeline.bins.get(pid) if pid is not None else None
+    if pid is None or bins is None or timeline.slots.get(pid):
+        return
+    before = rows.end_at(0) - rows[0].wall_ns if rows else end
+    for first, last, rollup in bins.stretches():
+        middle = (first + last) // 2
+        if last <= before and start <= middle <= end:
+            yield round((middle - timeline.start_mono_ns) / 1e9, 1), rollup
 
 
 def _slot_samples_per_s(one: Window) -> float | None:

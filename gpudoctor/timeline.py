@@ -14,7 +14,7 @@ from typing import Any
 
 from gpudoctor.diagnosis.gpu_timeline import RankTimeline
 from gpudoctor.diagnosis.ranks import RankSummary
-from gpudoctor.diagnosis.rollup import StepRollup
+from gpudoctor.diagnosis.rollup import StepBins, StepRollup
 from gpudoctor.diagnosis.window import WARMUP_STEPS, Window
 from gpudoctor.model import (
     STEP_FIELD,
@@ -156,6 +156,9 @@ class Timeline:
     # a compacted session's old stretches (end, rows, rollup), by process: a replay
     # of those times shows their steps from these (its rows are gone from the store)
     slots: dict[int, list[tuple[int, int, StepRollup]]] = field(default_factory=dict)
+    # the live doctor's steps by stretches of time (each probe message's rollup), for
+    # the plots of the time the rows no longer cover (a fast loop's are its last 30 s)
+    bins: dict[int, StepBins] = field(default_factory=dict)
     step_counts: dict[int, int] = field(default_factory=dict)
     facts: dict[int, dict[str, Any]] = field(default_factory=dict)
     # the CUDA allocator's gauges (peaks are the run's own: the newest reading keeps them)
@@ -238,6 +241,7 @@ class Timeline:
                     these.add_walls(walls)
                     these.add_parts(whole)
                     rollup.merge(these)
+                    self.bins.setdefault(pid, StepBins()).add(int(rows[-1][1]), these)
                 else:
                     rollup.add_walls(walls)
                     rollup.add_parts(whole)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from collections import deque
 
-from gpudoctor.diagnosis.rollup import StepRollup
+import pytest
+
+from gpudoctor.diagnosis.rollup import OLD_BINS, StepRollup
 from gpudoctor.diagnosis.window import WARMUP_STEPS
 from gpudoctor.model import StepRecord
 from gpudoctor.series import STEPS_AN_INTERVAL, rate_lines, run_series
@@ -116,3 +118,66 @@ def test_a_compacted_stretch_has_its_samples_a_second() -> None:
     series = run_series(tl, points=10, seen={})
     assert series.steps_per_s == [(10.0, 100.0)]
     assert series.samples_per_s == [(10.0, 800.0)]
+
+
+def live_loop(
+    per_s: int, seconds: int, wall_ms: float, slower_after_s: int, maxlen: int
+) -> Timeline:
+    """A loop taken in as the live doctor takes it (Timeline.ingest_probe, apart: each
+    message rolled up on its own too), a quarter second of rows a message, its rows
+    bounded at `maxlen` (a fast loop's 100,000 are its last half minute)."""
+    tl = Timeline(["train.py"], 0.0, T0)
+    per = per_s // 4
+    for start in range(0, per_s * seconds, per):
+        batch = []
+        for n in range(start, start + per):
+            t = T0 + n * S // per_s + S // (2 * per_s)
+            wall = int(wall_ms * 1e6) * (2 if t - T0 >= slower_after_s * S else 1)
+            if n % 32:
+                batch.append([n, t, wall])
+            else:  # measured in detail, a batch of 8
+                batch.append(
+                    [n, t, wall, wall // 4, 0, wall // 4, wall // 4, wall // 4, 1, 8, 0, 0, 1]
+                )
+        tl.ingest_probe({"pid": 1, "steps": batch}, apart=True)
+        tl.steps[1].set_maxlen(maxlen)
+    tl.end_mono_ns = T0 + seconds * S
+    return tl
+
+
+def test_a_fast_loops_plot_covers_the_time_its_rows_no_longer_do() -> None:
+    """A fast loop's rows are its last half minute; its plot of the last ten minutes
+    drew step time for that half minute alone. The time before its oldest row is drawn
+    from the live doctor's bins of ten seconds: step time, steps and samples a second,
+    data wait, each as the rows would have said."""
+    tl = live_loop(per_s=400, seconds=300, wall_ms=2.5, slower_after_s=100, maxlen=400 * 30)
+    assert tl.steps[1].end_at(0) > T0 + 260 * S  # the rows: the last 30 s
+    series = run_series(tl, points=60, seen={})
+    p50 = dict(series.step_p50_ms)
+    early = {x: v for x, v in p50.items() if x < 95}
+    late = {x: v for x, v in p50.items() if 105 < x < 265}
+    assert len(early) >= 8 and len(late) >= 14  # a point every 10 s before the rows
+    assert all(abs(v - 2.5) <= 0.025 for v in early.values())  # within the buckets' 1%
+    assert all(abs(v - 5.0) <= 0.05 for v in late.values())
+    rates = dict(series.steps_per_s)
+    assert all(abs(rates[x] - 400) < 1 for x in early) and all(
+        abs(rates[x] - 200) < 1 for x in late
+    )
+    assert all(abs(v - 25) < 0.5 for x, v in series.data_wait_pct if x < 265)
+    assert all(abs(v - 1600) < 20 for x, v in series.samples_per_s if 105 < x < 265)
+
+
+def test_a_long_runs_bins_stay_bounded_and_count_every_step() -> None:
+    """Six hours at 8 steps a second: the last ten minutes in bins of ten seconds, the
+    rest in at most OLD_BINS stretches spread evenly; every steady step in one of them."""
+    tl = live_loop(per_s=8, seconds=21_600, wall_ms=125, slower_after_s=10_800, maxlen=1000)
+    bins = tl.bins[1]
+    assert len(bins.recent) <= 61 and len(bins.old) <= OLD_BINS
+    stretches = bins.stretches()
+    assert sum(r.count for _, _, r in stretches) == tl.rollups[1].count == 8 * 21_600 - WARMUP_STEPS
+    widths = {e - s for s, e, _ in stretches[1:-62]}
+    assert len(widths) == 1 and widths.pop() == bins.stride_ns >= 21_600 * S // OLD_BINS // 2
+    series = run_series(tl, points=120, seen={})
+    p50 = dict(series.step_p50_ms)
+    assert p50[min(p50)] == pytest.approx(125, rel=0.01)  # the first stretch
+    assert p50[max(p50)] == pytest.approx(250, rel=0.01)  # the rows

@@ -157,3 +157,54 @@ class StepRollup:
 
 # the fields merge() adds up (all but the histogram), named once
 _SUMMED = tuple(f.name for f in dataclasses.fields(StepRollup) if f.name != "buckets")
+
+
+# A live doctor's steps rolled up by stretches of time (StepBins), for the plots of the
+# time its rows no longer cover: a fast loop's 100,000 rows are its last half minute,
+# and a plot of its last ten minutes showed step time for that half minute alone.
+BIN_NS = 10 * 10**9  # the plots' interval over ten minutes (series.POINTS: 120 of 5 s)
+RECENT_BINS_NS = 600 * 10**9  # the last ten minutes: bins of BIN_NS each
+OLD_BINS = 240  # older bins, at most: twice as wide each time there would be more
+
+
+class StepBins:
+    """A process's steady steps by stretches of time: the last ten minutes in bins of
+    BIN_NS, older ones in at most OLD_BINS stretches spread evenly over the run (two
+    merged into one, twice as wide, whenever there would be more), each (its start, its
+    rollup). A probe message's rollup goes into the bin of its last step's end."""
+
+    __slots__ = ("recent", "old", "stride_ns")
+
+    def __init__(self) -> None:
+        self.recent: list[tuple[int, StepRollup]] = []
+        self.old: list[tuple[int, StepRollup]] = []
+        self.stride_ns = BIN_NS
+
+    def add(self, t_ns: int, rollup: StepRollup) -> None:
+        start = t_ns // BIN_NS * BIN_NS
+        if self.recent and start <= self.recent[-1][0]:  # its bin (or, late, the newest)
+            self.recent[-1][1].merge(rollup)
+        else:
+            fresh = StepRollup()
+            fresh.merge(rollup)
+            self.recent.append((start, fresh))
+        while self.recent[0][0] + BIN_NS <= t_ns - RECENT_BINS_NS:
+            self._age(*self.recent.pop(0))
+
+    def _age(self, start: int, rollup: StepRollup) -> None:
+        """A bin older than the last ten minutes into the old stretches."""
+        if self.old and start < self.old[-1][0] + self.stride_ns:
+            self.old[-1][1].merge(rollup)
+            return
+        self.old.append((start, rollup))
+        if len(self.old) > OLD_BINS:
+            self.stride_ns *= 2
+            for (_, first), (_, second) in zip(self.old[::2], self.old[1::2], strict=False):
+                first.merge(second)
+            self.old = self.old[::2]
+
+    def stretches(self) -> list[tuple[int, int, StepRollup]]:
+        """(start, end, rollup) of each bin or stretch with steps, oldest first."""
+        bins = [*self.old, *self.recent]
+        ends = [start for start, _ in bins[1:]] + [bins[-1][0] + BIN_NS] if bins else []
+        return [(s, e, r) for (s, r), e in zip(bins, ends, strict=True) if r.count]
