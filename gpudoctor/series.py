@@ -305,9 +305,9 @@ def _binned(
     if pid is None or bins is None or timeline.slots.get(pid):
         return
     before = rows.end_at(0) - rows[0].wall_ns if rows else end
-    for first, last, rollup in bins.stretches():
+    for first, last, rollup in bins.stretches(start, before):
         middle = (first + last) // 2
-        if last <= before and start <= middle <= end:
+        if middle <= end:
             yield round((middle - timeline.start_mono_ns) / 1e9, 1), rollup
 
 

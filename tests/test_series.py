@@ -157,8 +157,8 @@ def test_a_fast_loops_plot_covers_the_time_its_rows_no_longer_do() -> None:
     early = {x: v for x, v in p50.items() if x < 95}
     late = {x: v for x, v in p50.items() if 105 < x < 265}
     assert len(early) >= 8 and len(late) >= 14  # a point every 10 s before the rows
-    assert all(abs(v - 2.5) <= 0.025 for v in early.values())  # within the buckets' 1%
-    assert all(abs(v - 5.0) <= 0.05 for v in late.values())
+    assert all(abs(v - 2.5) <= 0.08 for v in early.values())  # within the bins' 3%
+    assert all(abs(v - 5.0) <= 0.16 for v in late.values())
     rates = dict(series.steps_per_s)
     assert all(abs(rates[x] - 400) < 1 for x in early) and all(
         abs(rates[x] - 200) < 1 for x in late
@@ -179,5 +179,5 @@ def test_a_long_runs_bins_stay_bounded_and_count_every_step() -> None:
     assert len(widths) == 1 and widths.pop() == bins.stride_ns >= 21_600 * S // OLD_BINS // 2
     series = run_series(tl, points=120, seen={})
     p50 = dict(series.step_p50_ms)
-    assert p50[min(p50)] == pytest.approx(125, rel=0.01)  # the first stretch
+    assert p50[min(p50)] == pytest.approx(125, rel=0.035)  # the first stretch
     assert p50[max(p50)] == pytest.approx(250, rel=0.01)  # the rows
