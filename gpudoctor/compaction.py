@@ -94,8 +94,8 @@ class Plan:
 
 
 # A message the live doctor read: (pid, its rows, their steady ones rolled up, the rest
-# of the message as JSON text), packed: ~0.9 kB a message where the rollup and the rest
-# as objects took ~2.5 kB (5,000 of them, 12 MB of the TUI doctor's ~95: bench/RESULTS.md)
+# of the message as JSON text), packed: ~1 kB a message of a fast loop's 400 rows, where
+# the rollup and the rest as objects took ~6 kB (5,000 of them 25 MB more: bench/RESULTS.md)
 Known = tuple[int, int, bytes | None, str]
 
 
