@@ -153,22 +153,13 @@ def run_series(
     facts = timeline.facts.get(main, {}) if main is not None else {}
     rows = timeline.steps.get(main, NO_ROWS) if main is not None else NO_ROWS
     steps = _by_interval(rows, start, end, width_ns)
-    for t_ns, _rows, rollup in timeline.slots.get(main, ()) if main is not None else ():
-        if rollup.count and start <= t_ns <= end:  # a compacted stretch: its own measures
-            x = round((t_ns - t0) / 1e9, 1)
-            one = Window(rollup=rollup, facts=facts)
-            _add_steps(out, x, one, rollup.quantile_ms(0.5), rollup.quantile_ms(0.9))
-            out.steps_per_s.append((x, round(rollup.count / (rollup.wall_ns / 1e9), 2)))
-            slot_rate = _slot_samples_per_s(one)
-            if slot_rate is not None:
-                out.samples_per_s.append((x, round(slot_rate, 1)))
-    for x, rollup in _binned(timeline, main, rows, start, end):
+    for x, rollup in _rolled_up(timeline, main, rows, start, end):  # their own measures
         one = Window(rollup=rollup, facts=facts)
         _add_steps(out, x, one, rollup.quantile_ms(0.5), rollup.quantile_ms(0.9))
         out.steps_per_s.append((x, round(rollup.count / (rollup.wall_ns / 1e9), 2)))
-        bin_rate = _slot_samples_per_s(one)
-        if bin_rate is not None:
-            out.samples_per_s.append((x, round(bin_rate, 1)))
+        slot_rate = _slot_samples_per_s(one)
+        if slot_rate is not None:
+            out.samples_per_s.append((x, round(slot_rate, 1)))
     for i, first, last in steps:
         # a fast loop's thousands of steps an interval: every n-th measures it (counted
         # all), so a refresh costs the same whatever the step rate
@@ -267,17 +258,11 @@ def _ranks_samples(
 ) -> list[Point]:
     """Samples a second of all `pids` together, at each interval where any of them
     stepped (a compacted stretch: each slot's rollups, by the slot's time)."""
-    t0 = timeline.start_mono_ns
     totals: dict[float, float] = {}
     for pid in pids:
         facts = timeline.facts.get(pid, {})
-        for t_ns, _rows, rollup in timeline.slots.get(pid, ()):
-            rate = _slot_samples_per_s(Window(rollup=rollup, facts=facts))
-            if rollup.count and start <= t_ns <= end and rate is not None:
-                x = round((t_ns - t0) / 1e9, 1)
-                totals[x] = totals.get(x, 0.0) + rate
         rows = timeline.steps.get(pid, NO_ROWS)
-        for x, rollup in _binned(timeline, pid, rows, start, end):
+        for x, rollup in _rolled_up(timeline, pid, rows, start, end):
             rate = _slot_samples_per_s(Window(rollup=rollup, facts=facts))
             if rate is not None:
                 totals[x] = totals.get(x, 0.0) + rate
@@ -295,20 +280,30 @@ def _ranks_samples(
     return [(x, round(v, 1)) for x, v in sorted(totals.items())]
 
 
-def _binned(
+def _rolled_up(
     timeline: Timeline, pid: int | None, rows: StepRows, start: int, end: int
 ) -> Iterator[tuple[float, StepRollup]]:
-    """The live doctor's bins of `pid`'s steps (Timeline.bins) that end before its
-    oldest row, within [start, end]: (seconds since the run's start, their rollup). A
-    store's compacted stretches are its slots instead (never both)."""
-    bins = timeline.bins.get(pid) if pid is not None else None
-    if pid is None or bins is None or timeline.slots.get(pid):
+    """`pid`'s steps where it has no rows, within [start, end], as rollups: (seconds
+    since the run's start, the rollup). A store's compacted stretches (its slots, at
+    their ends), or the live doctor's bins (Timeline.bins, at their middles) that end
+    before its oldest row; never both."""
+    if pid is None:
+        return
+    t0 = timeline.start_mono_ns
+    slots = timeline.slots.get(pid)
+    if slots:
+        for t_ns, _rows, rollup in slots:
+            if rollup.count and start <= t_ns <= end:
+                yield round((t_ns - t0) / 1e9, 1), rollup
+        return
+    bins = timeline.bins.get(pid)
+    if bins is None:
         return
     before = rows.end_at(0) - rows[0].wall_ns if rows else end
     for first, last, rollup in bins.stretches(start, before):
         middle = (first + last) // 2
         if middle <= end:
-            yield round((middle - timeline.start_mono_ns) / 1e9, 1), rollup
+            yield round((middle - t0) / 1e9, 1), rollup
 
 
 def _slot_samples_per_s(one: Window) -> float | None:
