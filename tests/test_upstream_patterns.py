@@ -662,7 +662,8 @@ def test_evaluations_between_counted_steps_are_timed_whole_and_are_not_training(
     # an evaluation is no step's time: the steps it falls in, measured in detail, keep
     # their split (the evaluations' 1.9 s in their wall made it all "other")
     split = report["steps"]["split"]
-    assert split["other"] < 0.5 and split["forward"] > 0.1, report["steps"]
+    # (forward 9% beside a busy process in a fresh clone's suite; ~0 when all was "other")
+    assert split["other"] < 0.5 and split["forward"] > 0.05, report["steps"]
 
 
 # The mixed-precision recipe of torch's AMP tutorial, Trainer's fp16 and Lightning's
