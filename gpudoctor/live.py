@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from itertools import islice, takewhile
 
-from gpudoctor.diagnosis.window import Window
+from gpudoctor.diagnosis.window import WARMUP_STEPS, Window, median_ms
 from gpudoctor.i18n import _
+from gpudoctor.step_rows import StepRows
 from gpudoctor.timeline import Timeline
 from gpudoctor.units import cell_width, clip, ms_text
 
 RECENT_S = 5.0
+# of a fast loop's last seconds, the newest rows only (3,000 steps a second: 0.7 s)
+RECENT_ROWS = 2000
 
 
 # watch mode: the data wait over the last stack chunks (py-spy's, 10 s each)
@@ -29,17 +32,13 @@ def status_line(timeline: Timeline, width: int | None = None) -> str:
     if timeline.mode == "watch":
         parts = [f"pid {timeline.watched_pid}"] + _stack_words(timeline)
     elif steps:
-        cutoff = steps[-1].t_end_mono_ns - int(RECENT_S * 1e9)
-        # (the rows end in time order: the newest 2,000 made records, the recent kept)
-        recent = [s for s in steps[-2000:] if s.t_end_mono_ns >= cutoff]
-        # the measures of the report's Window, over the last seconds' steps
-        w = Window(steps=tuple(recent or [steps[-1]]))
-        parts.append(_("step {ms}").format(ms=ms_text(w.step_median_ms)))
-        if w.steps_per_s:
-            rate_part = f"{w.steps_per_s:.1f}/s"
+        median, rate, wait = recent_measures(steps)
+        parts.append(_("step {ms}").format(ms=ms_text(median)))
+        if rate:
+            rate_part = f"{rate:.1f}/s"
             parts.append(rate_part)
-        if w.step_wall_s:
-            parts.append(_("data wait {wait:.0%}").format(wait=w.data_wait_fraction))
+        if wait is not None:
+            parts.append(_("data wait {wait:.0%}").format(wait=wait))
     if timeline.gpus:
         last_t = timeline.gpus[-1].t_mono_ns
         utils = [
@@ -72,6 +71,28 @@ def status_line(timeline: Timeline, width: int | None = None) -> str:
     if cell_width(head + " · ".join(parts)) > width and rate_part is not None:  # the rate
         parts.remove(rate_part)
     return clip(head + " · ".join(parts), width)
+
+
+def recent_measures(steps: StepRows) -> tuple[float, float | None, float | None]:
+    """The last RECENT_S seconds' median step (ms), steps a second and data wait (None
+    with no step time): the report's Window's measures over those steps, at most the
+    newest RECENT_ROWS. A run past its warm-up (the common case) is read from the rows'
+    columns and its few steps measured in detail: a fast loop's 2,000 records made each
+    second were a quarter of the headless doctor's CPU (bench/RESULTS.md)."""
+    n = len(steps)
+    cutoff = steps.end_at(n - 1) - int(RECENT_S * 1e9)
+    # (the rows end in time order: the newest step is always in)
+    start = min(n - 1, max(n - RECENT_ROWS, steps.ending_before(cutoff)))
+    numbers, _ends, walls = steps.columns(start, n)
+    if len(walls) < 2 * WARMUP_STEPS or min(numbers) < WARMUP_STEPS:
+        w = Window(steps=tuple(steps.records(start, n)))
+        return w.step_median_ms, w.steps_per_s, w.data_wait_fraction if w.step_wall_s else None
+    # every row a steady one: Window(steps=these).steady_steps would keep them all
+    wall_ns = sum(walls)
+    if not wall_ns:
+        return median_ms(sorted(walls)), None, None
+    detailed = Window(steps=tuple(steps.detailed(start, n)))
+    return median_ms(sorted(walls)), len(walls) / (wall_ns / 1e9), detailed.data_wait_fraction
 
 
 def _stack_words(timeline: Timeline) -> list[str]:

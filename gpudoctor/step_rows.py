@@ -266,6 +266,15 @@ class StepRows:
                 return self._end[at] - self._wall[at]
         return None
 
+    def columns(self, start: int, stop: int) -> tuple[array[int], array[int], array[int]]:
+        """Rows [start:stop]'s step indexes, ends and times (0 <= start <= stop <= len),
+        without making their records."""
+        return (
+            self._slice(self._number, start, stop),
+            self._slice(self._end, start, stop),
+            self._slice(self._wall, start, stop),
+        )
+
     def detailed(self, start: int, stop: int) -> list[StepRecord]:
         """The rows [start:stop] measured in detail (the others are only counted)."""
         base = self._total - self._n

@@ -9,6 +9,8 @@ from collections import deque
 
 import pytest
 
+from gpudoctor.diagnosis.window import Window
+from gpudoctor.live import RECENT_S, recent_measures
 from gpudoctor.model import StepRecord
 from gpudoctor.step_rows import StepRows
 from gpudoctor.timeline import Timeline, add_rows, steps_of
@@ -75,3 +77,31 @@ def test_a_row_that_is_not_numbers_is_refused_whole() -> None:
     with pytest.raises(ValueError):
         timeline.ingest_probe({"pid": PID, "steps": [[0, 1.5, 2]]})
     assert [s.number for s in rows] == [0]
+
+
+@pytest.mark.parametrize(("spacing_ns", "loader"), [(1_000_000, True), (5_000_000, False)])
+def test_the_status_lines_measures_read_from_the_columns_are_the_windows(
+    spacing_ns: int, loader: bool
+) -> None:
+    """The headless line's last seconds (live.recent_measures) read from the columns
+    equal the report's Window over the same rows as records: a step every 1 ms (the
+    newest 2,000 rows are under 5 s) and every 5 ms (the 5 s cut first), with and
+    without a DataLoader, from the warm-up on."""
+    rng = random.Random(spacing_ns)
+    rows = StepRows(maxlen=9_000)
+    start = 0
+    for n in [3, 9, 400] + [400] * 20:
+        message = probe_rows(start, n, rng)
+        for row in message:
+            row[1] = 10**9 + row[0] * spacing_ns
+            if len(row) > 3 and not loader:  # the time outside the model instead
+                row[3], row[4] = 0, row[3]
+        start += n
+        add_rows(rows, PID, message)
+        cutoff = rows[-1].t_end_mono_ns - int(RECENT_S * 1e9)
+        recent = [s for s in rows[-2000:] if s.t_end_mono_ns >= cutoff]
+        w = Window(steps=tuple(recent))
+        expected = (w.step_median_ms, w.steps_per_s, w.data_wait_fraction)
+        assert recent_measures(rows) == expected, len(rows)
+    wait = recent_measures(rows)[2]
+    assert wait is not None and 0 < wait < 1  # (loader or the time outside the model)
