@@ -1,7 +1,7 @@
 """A week-long run's store (issue 14): its size, and how fast `report`, `history` and a
 replay's seek answer on it.
 
-    python bench/store_week.py [--hours 2] [--ranks 8] [--gpus 8] [--rate 100]
+    python bench/store_week.py [--hours 2] [--ranks 8] [--gpus 8] [--rate 100] [--keep PATH]
 
 1. The real ingest path, faster than real time: for HOURS simulated hours, RANKS
    processes each send four probe messages a second (RATE steps a second between them,
@@ -29,6 +29,7 @@ import dataclasses
 import json
 import os
 import random
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -203,6 +204,7 @@ def main() -> None:
     p.add_argument("--gpus", type=int, default=8)
     p.add_argument("--rate", type=int, default=100, help="steps a second, each rank")
     p.add_argument("--uncompacted", action="store_true", help="only step 1, not compacted")
+    p.add_argument("--keep", type=Path, help="copy the week's store there (to time trees on it)")
     args = p.parse_args()
     if args.uncompacted:
         with tempfile.TemporaryDirectory() as folder:
@@ -232,6 +234,8 @@ def main() -> None:
         whole = extend_to_a_week(hours_db, week_db, int(r["session"]), args.hours)
         print(f"  kept whole at the end: the last {whole / 60:.0f} minutes")
         print(f"  a week's store: {os.path.getsize(week_db) / 1e6:.0f} MB on disk")
+        if args.keep is not None:
+            shutil.copyfile(week_db, args.keep)
         report = min(timed(["report", "--format", "json", "last"], week_db) for _ in range(2))
         page = timed(["report", "--format", "html", "last"], week_db)
         history = min(timed(["history"], week_db) for _ in range(3))

@@ -285,22 +285,24 @@ def _rolled_up(
 ) -> Iterator[tuple[float, StepRollup]]:
     """`pid`'s steps where it has no rows, within [start, end], as rollups: (seconds
     since the run's start, the rollup). A store's compacted stretches (its slots, at
-    their ends), or the live doctor's bins (Timeline.bins, at their middles) that end
-    before its oldest row; never both."""
+    their ends), then the bins (Timeline.bins, at their middles: the live doctor's, or
+    those a load made of the rows the store keeps whole) after the last slot that end
+    before its oldest row."""
     if pid is None:
         return
     t0 = timeline.start_mono_ns
-    slots = timeline.slots.get(pid)
-    if slots:
-        for t_ns, _rows, rollup in slots:
-            if rollup.count and start <= t_ns <= end:
-                yield round((t_ns - t0) / 1e9, 1), rollup
-        return
+    last_slot = None
+    for t_ns, _rows, rollup in timeline.slots.get(pid, ()):
+        if rollup.count and start <= t_ns <= end:
+            yield round((t_ns - t0) / 1e9, 1), rollup
+        last_slot = t_ns if last_slot is None else max(last_slot, t_ns)
     bins = timeline.bins.get(pid)
     if bins is None:
         return
     before = rows.end_at(0) - rows[0].wall_ns if rows else end
     for first, last, rollup in bins.stretches(start, before):
+        if last_slot is not None and first < last_slot:  # (its steps are in the slots)
+            continue
         middle = (first + last) // 2
         if middle <= end:
             yield round((middle - t0) / 1e9, 1), rollup

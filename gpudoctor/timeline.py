@@ -14,7 +14,7 @@ from typing import Any
 
 from gpudoctor.diagnosis.gpu_timeline import RankTimeline
 from gpudoctor.diagnosis.ranks import RankSummary
-from gpudoctor.diagnosis.rollup import StepBins, StepRollup
+from gpudoctor.diagnosis.rollup import BIN_NS, StepBins, StepRollup
 from gpudoctor.diagnosis.window import WARMUP_STEPS, Window
 from gpudoctor.model import (
     STEP_FIELD,
@@ -205,6 +205,11 @@ class Timeline:
     _pending: dict[int, deque[list[list[Any]]]] = field(default_factory=dict, repr=False)
     _pending_rows: dict[int, int] = field(default_factory=dict, repr=False)
     _pending_walls: dict[int, array[int]] = field(default_factory=dict, repr=False)
+    # each loaded message's last step's end, the steady times before it, its detailed
+    # steps' parts: the bins the loaded rows make at `settle()`
+    _pending_marks: dict[int, list[tuple[int, int, StepRollup | None]]] = field(
+        default_factory=dict, repr=False
+    )
 
     @property
     def mode(self) -> str:
@@ -274,10 +279,15 @@ class Timeline:
         if walls is None:  # machine integers: the rows' own int objects are let go
             walls = self._pending_walls[pid] = array("q")
         full = [r for r in rows if len(r) != COUNTED]
+        parts = None
         if full:  # the steps measured in detail (a few): their parts now (checked)
-            self.rollups[pid].add_parts(steady(steps_of(pid, full)))
+            parts = StepRollup()
+            parts.add_parts(steady(steps_of(pid, full)))
         # every steady step's time (a row's third field, whatever its width)
         walls.extend([r[2] for r in rows if r[0] >= WARMUP_STEPS])
+        if rows:
+            marks = self._pending_marks.setdefault(pid, [])
+            marks.append((int(rows[-1][1]), len(walls), parts))
         pending = self._pending.setdefault(pid, deque())
         pending.append(rows)
         held = self._pending_rows.get(pid, 0) + len(rows)
@@ -289,14 +299,41 @@ class Timeline:
         """The loaded rows held by `_load_rows` made steps (each process's newest), and
         their times rolled up in one pass."""
         for pid, walls in self._pending_walls.items():
-            self.rollups[pid].add_walls(walls.tolist())
+            self._bin_loaded(pid, walls, self._pending_marks.get(pid, []))
         self._pending_walls.clear()
+        self._pending_marks.clear()
         for pid, pending in self._pending.items():
             steps = self.steps[pid]
             for rows in pending:  # (their times and parts are rolled up already)
                 add_rows(steps, pid, rows)
         self._pending.clear()
         self._pending_rows.clear()
+
+    def _bin_loaded(
+        self, pid: int, walls: array[int], marks: list[tuple[int, int, StepRollup | None]]
+    ) -> None:
+        """The loaded steps rolled up by the bins of their messages' ends (StepBins, as
+        the live doctor's), each bin's rollup merged into the run's: the plots of a
+        replay draw the stretch the store keeps whole beyond the rows, as live."""
+        bins = self.bins.setdefault(pid, StepBins())
+        rollup = self.rollups[pid]
+        done = 0  # the times rolled up so far
+        i = 0
+        while i < len(marks):
+            start = marks[i][0] // BIN_NS
+            j = i
+            these = StepRollup()
+            while j < len(marks) and marks[j][0] // BIN_NS == start:
+                parts = marks[j][2]
+                if parts is not None:
+                    these.merge(parts)
+                j += 1
+            last_end, upto, _ = marks[j - 1]
+            these.add_walls(walls[done:upto].tolist())
+            done = upto
+            rollup.merge(these)
+            bins.add(last_end, these)
+            i = j
 
     def ingest_rollup(self, pid: int, rows: int, rollup: StepRollup, t_mono_ns: int) -> None:
         """An old stretch of a process's steps, as the store keeps it once compacted

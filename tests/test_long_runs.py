@@ -18,6 +18,7 @@ import pytest
 from conftest import PY, ROOT
 
 from gpudoctor import compaction, jsontext
+from gpudoctor import timeline as timeline_module
 from gpudoctor.compaction import Compactor
 from gpudoctor.diagnosis.ranks import RankSummary
 from gpudoctor.diagnosis.rollup import QUANTILE_ERROR, StepRollup
@@ -25,6 +26,7 @@ from gpudoctor.diagnosis.window import WARMUP_STEPS, median_ms, percentile, perc
 from gpudoctor.model import StepRecord
 from gpudoctor.probe import protocol
 from gpudoctor.report.build import build
+from gpudoctor.series import run_series
 from gpudoctor.snapshot import take
 from gpudoctor.sources.host import HostReader
 from gpudoctor.store import Store, apply_record, encode
@@ -203,6 +205,38 @@ def kinds(store: Store, session: int) -> dict[str, tuple[int, int]]:
             (session,),
         )
     }
+
+
+def test_a_replay_draws_the_stretch_the_store_keeps_whole_beyond_its_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store compacted up to 60 s of a 400 s run, the rest kept whole, loaded with room
+    for the newest 50 s of rows: its plot draws the compacted slots, then the stretch kept
+    whole before the rows (from the bins the load makes of it, as the live doctor's),
+    then the rows, with no gap; before, nothing between 60 s and 350 s. The run's own
+    measures are those of the rows rolled up whole."""
+    monkeypatch.setattr(compaction, "SLOT_S", 10.0)
+    store = Store(tmp_path / "s.db")
+    session, end = record_a_run(store, ranks=1, steps=STEPS)  # 10 ms apart: 400 s
+    compact_all(store, session, 10**9 + 60 * 10**9)
+    monkeypatch.setattr(timeline_module, "MAX_STEP_ROWS", 5_000)
+    loaded = store.load(session)
+    assert loaded.slots[BASE_PID] and loaded.steps[BASE_PID].end_at(0) > 340 * 10**9
+    series = run_series(loaded, points=80, seen={})
+    xs = [x for x, _ in series.step_p50_ms]
+    # the slots at their last messages' ends (a message is 4 s of steps), the bins every
+    # 10 s from the last slot to the rows, the rows every 5 s
+    gaps = [b - a for a, b in zip(xs, xs[1:], strict=False)]
+    assert xs[0] <= 11 and xs[-1] >= 395 and max(gaps) <= 12
+    assert len([x for x in xs if 60 < x < 345]) >= 28
+    # each point as the rows say: ~20 ms a step in the first half, ~10 ms after
+    for x, p50 in series.step_p50_ms:
+        if 70 < x < 190 or 210 < x < 340:
+            assert abs(p50 - (20 if x < STEPS * 0.005 else 10)) < 1.5, (x, p50)
+    # the run's rollup: the slots' and the loaded steps' together, every steady step
+    assert loaded.rollups[BASE_PID].count == STEPS - WARMUP_STEPS
+    rest = Store(tmp_path / "s.db").load(session)  # loaded again: the same measures
+    assert rest.rollups[BASE_PID] == loaded.rollups[BASE_PID]
 
 
 def test_the_live_doctors_compaction_takes_what_it_read_and_writes_the_same(
