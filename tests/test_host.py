@@ -18,7 +18,8 @@ import psutil
 import pytest
 from conftest import busy_neighbours, kill_tree
 
-from gpudoctor.sources.host import HostReader, newest_pid
+from gpudoctor.sources import host
+from gpudoctor.sources.host import HostReader, descendants, newest_pid
 
 # the job: makes processes when told on stdin, prints their pids
 JOB = """
@@ -27,6 +28,15 @@ kids = []
 for line in sys.stdin:
     if line.strip() == "child":
         kids.append(subprocess.Popen(["sleep", "60"]))
+        print(kids[-1].pid, flush=True)
+    elif line.strip() == "thread":  # a child made by another thread, which lives on
+        import queue, threading, time
+        made = queue.Queue()
+        def make():
+            made.put(subprocess.Popen(["sleep", "60"]))
+            time.sleep(120)
+        threading.Thread(target=make, daemon=True).start()
+        kids.append(made.get())
         print(kids[-1].pid, flush=True)
     elif line.strip() == "nest":
         kids.append(subprocess.Popen(["sh", "-c", "sleep 60 & echo $!; wait"], stdout=subprocess.PIPE))
@@ -105,6 +115,36 @@ def test_job_tree_follows_children(job: tuple[subprocess.Popen[str], Ask]) -> No
     # the shell ends: its sleep is reparented away from the job
     gone(shell)
     assert tree(reader) == {proc.pid}
+
+
+@pytest.mark.parametrize("children_files", [True, False], ids=["proc-children", "psutil"])
+def test_descendants_are_psutils_children_whichever_thread_made_them(
+    job: tuple[subprocess.Popen[str], Ask], children_files: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The walk down the children files finds what psutil's scan of every process finds:
+    children, grandchildren, a child made by a thread other than the main one (the kernel
+    lists it under that thread); psutil's where the kernel has no such files. An ended
+    job has none."""
+    if children_files and not host.CHILDREN_FILES:
+        pytest.skip("this kernel has no /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN)")
+    monkeypatch.setattr(host, "CHILDREN_FILES", children_files)
+    proc, ask = job
+    assert descendants(proc.pid) == [proc.pid]
+    (child,) = ask("child")
+    (threads_child,) = ask("thread")
+    shell, grandchild = ask("nest")
+    found = descendants(proc.pid)
+    assert found[0] == proc.pid and len(found) == len(set(found))
+    assert set(found) == {proc.pid, child, threads_child, shell, grandchild}
+    psutils = {c.pid for c in psutil.Process(proc.pid).children(recursive=True)}
+    assert set(found) == {proc.pid} | psutils
+    reader = HostReader(proc.pid)
+    assert tree(reader) == set(found)
+    gone(threads_child)
+    assert tree(reader) == set(found) - {threads_child}
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    assert descendants(ended.pid) == []
 
 
 # the job: a process and its child, each keeping a core busy (a 2-core machine's worth)
