@@ -8,6 +8,9 @@ When the doctor started is its start time in clock ticks since boot (/proc/PID/s
 not a wall-clock time: the wall clock moves when it is set (NTP stepping it, a virtual
 machine resumed), and a folder judged by it could be taken from a live doctor. Removed
 so, the probe's socket and counter pages go with it and the job runs on unseen.
+
+Root injecting into another user's job makes its folder where that user can reach it:
+the temp directory where it can, else their runtime folder, /dev/shm or /var/tmp.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
@@ -27,13 +31,66 @@ from gpudoctor.probe.protocol import start_ticks
 _NAME = re.compile(r"gpudoctor-(?:run|stacks)-(\d+)-(?:t(\d+)-)?")
 
 
-def make(kind: str) -> str:
-    """A new folder for this doctor (`kind`: run or stacks), after clearing stale ones."""
-    clean_stale()
+# where a folder for another user's job goes when the temp directory is not reachable
+# for them (root's TMPDIR private, or a /tmp others may not enter, as on some CI
+# machines): their own runtime folder, then the folders every user may enter
+_FOR_OTHERS = ("/run/user/{uid}", "/dev/shm", "/var/tmp")
+
+
+def make(kind: str, reachable_by: int | None = None) -> str:
+    """A new folder for this doctor (`kind`: run or stacks), after clearing stale ones.
+    `reachable_by`: a process of another user's (root injecting into their job) that
+    must reach it, its folder, its socket, once they are made its owner's: where the
+    temp directory is not searchable for it, the first place in _FOR_OTHERS that is."""
+    base = Path(tempfile.gettempdir())
+    if reachable_by is not None:
+        ids = _ids(reachable_by)
+        if ids is not None and not searchable(base, *ids):
+            for candidate in _FOR_OTHERS:
+                path = Path(candidate.format(uid=ids[0]))
+                if path.is_dir() and searchable(path, *ids):
+                    base = path
+                    break
+    clean_stale(base)
     pid = os.getpid()
     ticks = start_ticks(pid)
     started = f"t{ticks}-" if ticks is not None else ""
-    return tempfile.mkdtemp(prefix=f"gpudoctor-{kind}-{pid}-{started}")
+    return tempfile.mkdtemp(prefix=f"gpudoctor-{kind}-{pid}-{started}", dir=base)
+
+
+def _ids(pid: int) -> tuple[int, set[int]] | None:
+    """The user and every group of `pid` (its real ones, and the supplementary)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    try:
+        uid = int(fields["Uid"].split()[0])
+        groups = {int(fields["Gid"].split()[0]), *map(int, fields.get("Groups", "").split())}
+    except (KeyError, ValueError, IndexError):
+        return None
+    return uid, groups
+
+
+def searchable(folder: Path, uid: int, gids: set[int]) -> bool:
+    """Whether user `uid` (of groups `gids`) may pass through `folder` and every folder
+    above it (their search bits; ACLs and the like not read)."""
+    path = folder.resolve()
+    for step in (path, *path.parents):
+        try:
+            st = step.stat()
+        except OSError:
+            return False
+        if st.st_uid == uid:
+            allowed = st.st_mode & stat.S_IXUSR
+        elif st.st_gid in gids:
+            allowed = st.st_mode & stat.S_IXGRP
+        else:
+            allowed = st.st_mode & stat.S_IXOTH
+        if not allowed and uid != 0:
+            return False
+    return True
 
 
 def clean_stale(base: Path | None = None) -> list[Path]:

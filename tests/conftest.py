@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import gzip
 import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -54,6 +56,52 @@ def busy_neighbours(n: int = 2, nice: int = 0) -> Iterator[list[int]]:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def _others_may_enter(folder: Path) -> bool:
+    """Whether user nobody (setpriv, as the tests that switch users run it) may enter
+    and write `folder`: every folder above it searchable by others."""
+    check = subprocess.run(
+        ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+         "test", "-x", str(folder), "-a", "-w", str(folder)],
+        capture_output=True,
+    )  # fmt: skip
+    return check.returncode == 0
+
+
+@functools.cache
+def _shared_base() -> Path | None:
+    """The first place where a folder made for another user can be reached by them:
+    the temporary folder where others may enter it (on some machines, CI's among them,
+    /tmp is its owner's alone), else /var/tmp, /dev/shm, or the clone's own build
+    folder (the tests that switch users run this clone's doctor as that user, so they
+    need it readable anyway)."""
+    for base in (Path(tempfile.gettempdir()), Path("/var/tmp"), Path("/dev/shm"), ROOT / "build"):
+        with contextlib.suppress(OSError):
+            base.mkdir(exist_ok=True)
+            probe = Path(tempfile.mkdtemp(prefix="gpudoctor-reach-", dir=base))
+            try:
+                probe.chmod(0o777)
+                if _others_may_enter(probe):
+                    return base
+            finally:
+                probe.rmdir()
+    return None
+
+
+def shared_folder(prefix: str, mode: int = 0o777) -> Path:
+    """A new folder another user (nobody) can reach, with `mode`; the test is skipped,
+    the reason printed, where this machine has none. Not root: a temporary folder (no
+    other user can be switched to; the tests that would, say so)."""
+    base = _shared_base() if os.geteuid() == 0 else Path(tempfile.gettempdir())
+    if base is None:
+        pytest.skip(
+            "no folder here that user nobody can reach (tried the temporary folder, "
+            "/var/tmp, /dev/shm and this clone's build/): this test switches users"
+        )
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+    path.chmod(mode)
+    return path
 
 
 def as_from_a_terminal() -> None:

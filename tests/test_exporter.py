@@ -14,7 +14,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import time
 import urllib.parse
 from pathlib import Path
@@ -23,7 +22,15 @@ from typing import Any
 import psutil
 import pytest
 import yaml
-from conftest import PY, SAMPLES, as_from_a_terminal, doctor, env_without_probe, kill_tree
+from conftest import (
+    PY,
+    SAMPLES,
+    as_from_a_terminal,
+    doctor,
+    env_without_probe,
+    kill_tree,
+    shared_folder,
+)
 from prometheus_client.parser import text_string_to_metric_families
 from test_metrics import free_port, get, wait_for
 
@@ -304,8 +311,7 @@ def test_a_job_under_gpudoctor_run_is_served_from_its_own_doctor(tmp_path: Path)
     A datagram from another user speaking for a job not theirs is refused. When the job
     ends, its series stay for the grace period (running 0), then go."""
     # a folder other users can reach (pytest's are the owner's alone): the forged sender
-    shared = Path(tempfile.mkdtemp(prefix="gpudoctor-exporter-"))
-    shared.chmod(0o755)
+    shared = shared_folder("gpudoctor-exporter-", 0o755)
     sock = str(shared / "exporter.sock")
     env = {**os.environ, "GPUDOCTOR_EXPORTER_SOCKET": sock}
     port = free_port()

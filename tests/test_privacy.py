@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import stat
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import PY, ROOT, SAMPLES
+from conftest import PY, ROOT, SAMPLES, shared_folder
 
 from gpudoctor import run_folders
 from gpudoctor.app.sessions import open_log
@@ -37,8 +38,7 @@ def mode(path: Path) -> int:
 @pytest.fixture
 def home() -> Iterator[Path]:
     """A home folder others may enter (as on a real server), the default store in it."""
-    folder = Path(tempfile.mkdtemp(prefix="gpudoctor-home-", dir="/tmp"))
-    os.chmod(folder, 0o755)
+    folder = shared_folder("gpudoctor-home-", 0o755)
     yield folder
     subprocess.run(["rm", "-rf", str(folder)], check=False)
 
@@ -304,6 +304,46 @@ def test_a_killed_doctors_run_folder_is_removed_by_the_next(tmp_path: Path) -> N
         assert mine not in run_folders.clean_stale() and mine.exists()
     finally:
         mine.rmdir()
+
+
+def test_a_folder_for_another_users_job_is_made_where_that_user_can_reach_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Root injecting into a user's job makes its folder the job's own, but the job must
+    also pass through the folders above it: a temp directory only root may enter (a
+    private TMPDIR, or /tmp on some CI machines) left the job unable to read the
+    probe's boot script, and the doctor said the job never reached a safe point."""
+    assert os.geteuid() == 0, "switches to another user with setpriv: run as root (CI does)"
+    private = tmp_path / "roots-own"
+    private.mkdir(mode=0o700)
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
+    theirs = subprocess.Popen(
+        ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "sleep", "60"]
+    )
+    try:
+        nobody = psutil.Process(theirs.pid)
+        deadline = time.monotonic() + 10
+        while nobody.uids().real == 0:  # until setpriv has switched
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        uid, gid = nobody.uids().real, nobody.gids().real
+        mine = Path(run_folders.make("run"))  # root's own job: where it always was
+        assert mine.parent == private
+        folder = Path(run_folders.make("run", reachable_by=theirs.pid))
+        assert folder.parent != private
+        assert run_folders.searchable(folder.parent, uid, {gid})
+        assert not run_folders.searchable(private, uid, {gid})
+        os.chown(folder, uid, -1)  # as ProbeFolder.inject makes it theirs
+        reach = subprocess.run(
+            ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+             "touch", str(folder / "boot.py")],
+        )  # fmt: skip
+        assert reach.returncode == 0
+        shutil.rmtree(folder)
+        mine.rmdir()
+    finally:
+        theirs.kill()
+        theirs.wait()
 
 
 def test_a_live_doctors_folder_is_kept_after_the_clock_is_set_forward(

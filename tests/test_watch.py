@@ -11,7 +11,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from collections.abc import Iterator
@@ -27,6 +26,7 @@ from conftest import (
     env_without_probe,
     finding_ids,
     kill_tree,
+    shared_folder,
     top_finding,
     wait_for,
 )
@@ -273,9 +273,7 @@ def _skip_unless_readable_by(user: str) -> None:
 
 def _shared_dir() -> Path:
     """A folder the other user can write its session store in."""
-    path = Path(tempfile.mkdtemp(prefix="gpudoctor-watch-"))
-    path.chmod(0o777)
-    return path
+    return shared_folder("gpudoctor-watch-")
 
 
 def _doctor_as(user: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -173,7 +173,7 @@ class WatchedJob(Recorder):
         # messages and pages read from a folder of the doctor's as a launch's are
         self.route = inject
         self.all_ranks = all_ranks
-        self.probe: ProbeFolder | None = ProbeFolder() if inject else None
+        self.probe: ProbeFolder | None = ProbeFolder(target) if inject else None
         self.can_profile = inject is not None
         # asked for later (the TUI's i): done by the loop at its next tick; what became
         # of it, in the person's words, for the TUI to say once ("" until then)
@@ -258,7 +258,7 @@ class WatchedJob(Recorder):
     def _inject_now(self) -> None:
         try:
             route = check_route(self.target.pid)
-            probe = ProbeFolder()
+            probe = ProbeFolder(self.target)
         except (InjectError, OSError) as exc:
             self.inject_outcome = str(exc)
             return
@@ -352,8 +352,11 @@ class ProbeFolder:
     """The doctor's folder for an injected probe: its socket, its counter pages, the
     control file (a capture asked for) and the `detach` file (the doctor leaves)."""
 
-    def __init__(self) -> None:
-        self.folder = run_folders.make("run")
+    def __init__(self, target: Target) -> None:
+        owner = owner_uid(target.pid)
+        # root injecting into a user's job: a folder the job can reach (made its own below)
+        to_reach = target.pid if os.geteuid() == 0 and owner not in (None, 0) else None
+        self.folder = run_folders.make("run", reachable_by=to_reach)
         self.server = ProbeServer(os.path.join(self.folder, "probe.sock"))
         self.control = os.path.join(self.folder, "control")
         self.pids: list[int] = []  # the processes the probe went into
