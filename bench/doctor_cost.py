@@ -49,11 +49,7 @@ def start_tui(cmd: list[str], view: str = "80x24") -> tuple[psutil.Process, str]
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         for p in psutil.process_iter(["cmdline"]):
-            if (
-                p.info["cmdline"]
-                and p.info["cmdline"][:3] == cmd[:3]
-                and "run" in p.info["cmdline"]
-            ):
+            if p.info["cmdline"] == cmd:  # its own store named: not a doctor run beside
                 return p, name
         time.sleep(0.05)
     raise RuntimeError("the TUI doctor did not start")
