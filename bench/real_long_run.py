@@ -50,7 +50,12 @@ def main() -> None:
             # the window stays once the doctor is gone: its last screen read below
             subprocess.run(["tmux", "set-option", "-t", window, "remain-on-exit", "on"],
                            capture_output=True)  # fmt: skip
-            poll = me.is_running
+
+            def poll() -> bool:  # the window keeps the doctor's exited process a zombie
+                try:
+                    return me.status() != psutil.STATUS_ZOMBIE
+                except psutil.Error:
+                    return False
         else:
             doctor = subprocess.Popen([*cmd, "--headless", "--", *job], stdout=subprocess.DEVNULL,
                                       stderr=said, text=True)  # fmt: skip
