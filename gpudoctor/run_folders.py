@@ -58,6 +58,13 @@ def make(kind: str, reachable_by: int | None = None) -> str:
     return tempfile.mkdtemp(prefix=f"gpudoctor-{kind}-{pid}-{started}", dir=base)
 
 
+def reachable(folder: str, pid: int) -> bool:
+    """Whether process `pid`'s user may pass through `folder` (True where /proc cannot
+    tell: the injection then says what it finds)."""
+    ids = _ids(pid)
+    return ids is None or searchable(Path(folder), *ids)
+
+
 def _ids(pid: int) -> tuple[int, set[int]] | None:
     """The user and every group of `pid` (its real ones, and the supplementary)."""
     try:

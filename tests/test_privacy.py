@@ -22,8 +22,10 @@ from conftest import PY, ROOT, SAMPLES, shared_folder
 
 from gpudoctor import run_folders
 from gpudoctor.app.sessions import open_log
+from gpudoctor.jobs.watched import ProbeFolder, Target
 from gpudoctor.redact import MASK, redact_argv, redact_text
 from gpudoctor.snapshot import take
+from gpudoctor.sources.stacks import AttachError
 from gpudoctor.store import Store
 from gpudoctor.terminal import TerminalView, plain
 from gpudoctor.timeline import Timeline
@@ -314,8 +316,7 @@ def test_a_folder_for_another_users_job_is_made_where_that_user_can_reach_it(
     private TMPDIR, or /tmp on some CI machines) left the job unable to read the
     probe's boot script, and the doctor said the job never reached a safe point."""
     assert os.geteuid() == 0, "switches to another user with setpriv: run as root (CI does)"
-    private = tmp_path / "roots-own"
-    private.mkdir(mode=0o700)
+    private = Path(tempfile.mkdtemp(prefix="gd-"))  # 0700; short: a socket goes in it
     monkeypatch.setattr(tempfile, "tempdir", str(private))
     theirs = subprocess.Popen(
         ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "sleep", "60"]
@@ -341,9 +342,22 @@ def test_a_folder_for_another_users_job_is_made_where_that_user_can_reach_it(
         assert reach.returncode == 0
         shutil.rmtree(folder)
         mine.rmdir()
+        # nowhere they can reach: the injection says so in one line, and does nothing
+        monkeypatch.setattr(run_folders, "_FOR_OTHERS", ())
+        probe = ProbeFolder(Target(theirs.pid, ["sleep", "60"], "/", python=False))
+        try:
+            with pytest.raises(AttachError) as refused:
+                probe.inject(Target(theirs.pid, ["sleep", "60"], "/", python=False), "gdb")
+            assert os.stat(probe.folder).st_uid == 0  # not given to them
+        finally:
+            probe.close()
+        said = str(refused.value)
+        assert "user nobody cannot reach the doctor's folder" in said and "TMPDIR" in said
+        assert "\n" not in said and theirs.poll() is None
     finally:
         theirs.kill()
         theirs.wait()
+        shutil.rmtree(private, ignore_errors=True)
 
 
 def test_a_live_doctors_folder_is_kept_after_the_clock_is_set_forward(

@@ -367,6 +367,8 @@ class ProbeFolder:
         owner = owner_uid(target.pid)
         if os.geteuid() == 0 and owner not in (None, 0):
             # root injecting into a user's job: the job must reach the folder, the socket
+            if not run_folders.reachable(os.path.dirname(self.folder), target.pid):
+                raise AttachError(_unreachable(owner, self.folder))
             for path in (self.folder, self.server.path):
                 os.chown(path, owner, -1)
         settings = settings_for(self.folder, self.server.path, self.control)
@@ -497,6 +499,18 @@ def loading_torch(pid: int) -> bool:
             return "libtorch" in f.read()
     except OSError:
         return False
+
+
+def _unreachable(owner: int, folder: str) -> str:
+    try:
+        user = pwd.getpwuid(owner).pw_name
+    except KeyError:
+        user = str(owner)
+    return _(
+        "user {user} cannot reach the doctor's folder {folder} (a folder above it is closed "
+        "to them, and so are /run/user, /dev/shm and /var/tmp): set TMPDIR to a folder "
+        "they may enter; nothing was injected"
+    ).format(user=user, folder=folder)
 
 
 def _refusal(pid: int, said: str) -> str:
