@@ -39,9 +39,9 @@ _FOR_OTHERS = ("/run/user/{uid}", "/dev/shm", "/var/tmp")
 
 def make(kind: str, reachable_by: int | None = None) -> str:
     """A new folder for this doctor (`kind`: run or stacks), after clearing stale ones.
-    `reachable_by`: a process of another user's (root injecting into their job) that
-    must reach it, its folder, its socket, once they are made its owner's: where the
-    temp directory is not searchable for it, the first place in _FOR_OTHERS that is."""
+    `reachable_by`: another user's process that must reach it (root injecting into
+    their job): where that user may not pass through the temp directory, the first
+    place in _FOR_OTHERS they may."""
     base = Path(tempfile.gettempdir())
     if reachable_by is not None:
         ids = _ids(reachable_by)
@@ -82,7 +82,9 @@ def _ids(pid: int) -> tuple[int, set[int]] | None:
 
 def searchable(folder: Path, uid: int, gids: set[int]) -> bool:
     """Whether user `uid` (of groups `gids`) may pass through `folder` and every folder
-    above it (their search bits; ACLs and the like not read)."""
+    above it (their search bits; ACLs and the like not read). Root passes anywhere."""
+    if uid == 0:
+        return True
     path = folder.resolve()
     for step in (path, *path.parents):
         try:
@@ -95,7 +97,7 @@ def searchable(folder: Path, uid: int, gids: set[int]) -> bool:
             allowed = st.st_mode & stat.S_IXGRP
         else:
             allowed = st.st_mode & stat.S_IXOTH
-        if not allowed and uid != 0:
+        if not allowed:
             return False
     return True
 

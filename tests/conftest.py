@@ -58,14 +58,19 @@ def busy_neighbours(n: int = 2, nice: int = 0) -> Iterator[list[int]]:
                 os.kill(pid, signal.SIGKILL)
 
 
+def setpriv_as(user: str) -> list[str]:
+    """The command prefix that runs what follows as `user` (root only), no other groups."""
+    group = "nogroup" if user == "nobody" else user
+    return ["setpriv", f"--reuid={user}", f"--regid={group}", "--clear-groups"]
+
+
 def _others_may_enter(folder: Path) -> bool:
-    """Whether user nobody (setpriv, as the tests that switch users run it) may enter
-    and write `folder`: every folder above it searchable by others."""
+    """Whether user nobody may enter and write `folder`: every folder above it
+    searchable by others."""
     check = subprocess.run(
-        ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
-         "test", "-x", str(folder), "-a", "-w", str(folder)],
+        [*setpriv_as("nobody"), "test", "-x", str(folder), "-a", "-w", str(folder)],
         capture_output=True,
-    )  # fmt: skip
+    )
     return check.returncode == 0
 
 

@@ -29,6 +29,7 @@ from conftest import (
     doctor,
     env_without_probe,
     kill_tree,
+    setpriv_as,
     shared_folder,
 )
 from prometheus_client.parser import text_string_to_metric_families
@@ -356,8 +357,7 @@ def test_a_job_under_gpudoctor_run_is_served_from_its_own_doctor(tmp_path: Path)
             here = socket.gethostname()
             forged = f'gpudoctor_steps{{rank="",pid="{job_pid}",hostname="{here}"}} 4242424\n'
             subprocess.run(
-                ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
-                 "/usr/bin/python3", "-c",
+                [*setpriv_as("nobody"), "/usr/bin/python3", "-c",
                  "import socket, sys; s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); "
                  f"s.sendto(sys.argv[1].encode(), {sock!r})", forged],
                 check=True, timeout=30,

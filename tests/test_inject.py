@@ -24,12 +24,13 @@ from conftest import (
     as_from_a_terminal,
     doctor,
     env_without_probe,
+    setpriv_as,
     top_finding,
     wait_for,
     wait_for_output,
 )
 from test_tui import text_of
-from test_watch import _as_user, _doctor_as, _shared_dir, _skip_unless_readable_by, one_line_error
+from test_watch import _doctor_as, _shared_dir, _skip_unless_readable_by, one_line_error
 
 from gpudoctor.app.follow import Follower
 from gpudoctor.jobs import inject
@@ -806,7 +807,7 @@ def test_root_injects_into_another_users_job_and_a_user_may_not(
         theirs.chmod(0o644)
         out = (shared / "out.txt").open("w")
         job = subprocess.Popen(
-            [*_as_user("nobody"), PY, str(theirs), STEPS, str(shared / "steps.log")],
+            [*setpriv_as("nobody"), PY, str(theirs), STEPS, str(shared / "steps.log")],
             stdout=out, stderr=subprocess.STDOUT, cwd=shared, env=env_without_probe(),
         )  # fmt: skip
         wait_for_output(shared / "out.txt", "step 50", job)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import PY, ROOT, SAMPLES, shared_folder
+from conftest import PY, ROOT, SAMPLES, setpriv_as, shared_folder
 
 from gpudoctor import run_folders
 from gpudoctor.app.sessions import open_log
@@ -57,10 +57,7 @@ def as_user(home: Path, *args: str) -> subprocess.Popen[str]:
 
 def nobody_can_read(path: Path) -> bool:
     """Whether another user (nobody, through setpriv as the watch tests do) can read it."""
-    run = subprocess.run(
-        ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "cat", str(path)],
-        capture_output=True,
-    )
+    run = subprocess.run([*setpriv_as("nobody"), "cat", str(path)], capture_output=True)
     return run.returncode == 0
 
 
@@ -318,9 +315,7 @@ def test_a_folder_for_another_users_job_is_made_where_that_user_can_reach_it(
     assert os.geteuid() == 0, "switches to another user with setpriv: run as root (CI does)"
     private = Path(tempfile.mkdtemp(prefix="gd-"))  # 0700; short: a socket goes in it
     monkeypatch.setattr(tempfile, "tempdir", str(private))
-    theirs = subprocess.Popen(
-        ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "sleep", "60"]
-    )
+    theirs = subprocess.Popen([*setpriv_as("nobody"), "sleep", "60"])
     try:
         nobody = psutil.Process(theirs.pid)
         deadline = time.monotonic() + 10
@@ -335,19 +330,17 @@ def test_a_folder_for_another_users_job_is_made_where_that_user_can_reach_it(
         assert run_folders.searchable(folder.parent, uid, {gid})
         assert not run_folders.searchable(private, uid, {gid})
         os.chown(folder, uid, -1)  # as ProbeFolder.inject makes it theirs
-        reach = subprocess.run(
-            ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
-             "touch", str(folder / "boot.py")],
-        )  # fmt: skip
+        reach = subprocess.run([*setpriv_as("nobody"), "touch", str(folder / "boot.py")])
         assert reach.returncode == 0
         shutil.rmtree(folder)
         mine.rmdir()
         # nowhere they can reach: the injection says so in one line, and does nothing
         monkeypatch.setattr(run_folders, "_FOR_OTHERS", ())
-        probe = ProbeFolder(Target(theirs.pid, ["sleep", "60"], "/", python=False))
+        target = Target(theirs.pid, ["sleep", "60"], "/", python=False)
+        probe = ProbeFolder(target)
         try:
             with pytest.raises(AttachError) as refused:
-                probe.inject(Target(theirs.pid, ["sleep", "60"], "/", python=False), "gdb")
+                probe.inject(target, "gdb")
             assert os.stat(probe.folder).st_uid == 0  # not given to them
         finally:
             probe.close()

@@ -26,6 +26,7 @@ from conftest import (
     env_without_probe,
     finding_ids,
     kill_tree,
+    setpriv_as,
     shared_folder,
     top_finding,
     wait_for,
@@ -55,18 +56,13 @@ assert find_py_spy(), "py-spy is needed: pip install py-spy"
 
 def start_plainly(script: str, *args: str, user: str | None = None) -> subprocess.Popen[bytes]:
     """A job started without the doctor, as most slow jobs are."""
-    prefix = _as_user(user) if user else []
+    prefix = setpriv_as(user) if user else []
     return subprocess.Popen(
         [*prefix, PY, str(SAMPLES / script), *args],
         env=env_without_probe(),
         stdout=subprocess.DEVNULL,
         cwd=SAMPLES,
     )
-
-
-def _as_user(user: str) -> list[str]:
-    group = "nogroup" if user == "nobody" else user
-    return ["setpriv", f"--reuid={user}", f"--regid={group}", "--clear-groups"]
 
 
 @pytest.fixture
@@ -262,7 +258,7 @@ def _skip_unless_readable_by(user: str) -> None:
     and the package): a clone in a private home (mode 0700) is not, and the test says
     so rather than fail on "No module named gpudoctor"."""
     check = subprocess.run(
-        [*_as_user(user), PY, "-c", "import gpudoctor"], capture_output=True, text=True,
+        [*setpriv_as(user), PY, "-c", "import gpudoctor"], capture_output=True, text=True,
         cwd="/", env=env_without_probe(),
     )  # fmt: skip
     if check.returncode != 0:
@@ -281,7 +277,7 @@ def _doctor_as(user: str, *args: str) -> subprocess.CompletedProcess[str]:
     store = _shared_dir() / "s.db"
     try:
         return subprocess.run(
-            [*_as_user(user), PY, "-m", "gpudoctor", "--store", str(store), *args],
+            [*setpriv_as(user), PY, "-m", "gpudoctor", "--store", str(store), *args],
             capture_output=True,
             text=True,
             timeout=60,
@@ -315,7 +311,7 @@ def test_ptrace_refused_names_the_fix(job: list[subprocess.Popen[bytes]], tmp_pa
         "time.sleep(60)\n"
     )
     script.chmod(0o644)
-    proc = subprocess.Popen([*_as_user("nobody"), sys.executable, str(script)])
+    proc = subprocess.Popen([*setpriv_as("nobody"), sys.executable, str(script)])
     job.append(proc)
     time.sleep(1.0)
     line = one_line_error(_doctor_as("nobody", "watch", "--pid", str(proc.pid), "--headless"))

@@ -354,9 +354,11 @@ class ProbeFolder:
 
     def __init__(self, target: Target) -> None:
         owner = owner_uid(target.pid)
-        # root injecting into a user's job: a folder the job can reach (made its own below)
-        to_reach = target.pid if os.geteuid() == 0 and owner not in (None, 0) else None
-        self.folder = run_folders.make("run", reachable_by=to_reach)
+        # root injecting into a user's job: the folder and the socket are made theirs
+        # (inject), in a folder they can reach
+        self.owner = owner if os.geteuid() == 0 and owner not in (None, 0) else None
+        reachable_by = target.pid if self.owner is not None else None
+        self.folder = run_folders.make("run", reachable_by=reachable_by)
         self.server = ProbeServer(os.path.join(self.folder, "probe.sock"))
         self.control = os.path.join(self.folder, "control")
         self.pids: list[int] = []  # the processes the probe went into
@@ -364,13 +366,11 @@ class ProbeFolder:
     def inject(self, target: Target, route: str, all_ranks: bool = False) -> None:
         """The probe into the job (into each of its local ranks with `all_ranks`: a
         torchrun job's); AttachError, in one line, when it is not there."""
-        owner = owner_uid(target.pid)
-        if os.geteuid() == 0 and owner not in (None, 0):
-            # root injecting into a user's job: the job must reach the folder, the socket
+        if self.owner is not None:  # the job must reach the folder, the socket
             if not run_folders.reachable(os.path.dirname(self.folder), target.pid):
-                raise AttachError(_unreachable(owner, self.folder))
+                raise AttachError(_unreachable(self.owner, self.folder))
             for path in (self.folder, self.server.path):
-                os.chown(path, owner, -1)
+                os.chown(path, self.owner, -1)
         settings = settings_for(self.folder, self.server.path, self.control)
         pids = injection_pids(target.pid, all_ranks, wait_s=TORCH_WAIT_S if all_ranks else 0.0)
         for pid in pids:
