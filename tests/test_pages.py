@@ -54,3 +54,29 @@ def test_launched_jobs_get_the_probe_s_boot_folder() -> None:
 
     assert (BOOT_DIR / "sitecustomize.py").is_file()
     assert probe_env("/x.sock", {"PYTHONPATH": "/a"})["PYTHONPATH"] == f"{BOOT_DIR}:/a"
+
+
+def test_a_count_the_probe_s_messages_already_carried_is_still_recorded(tmp_path: Path) -> None:
+    """`history` reads a dead doctor's count from its page records: a page whose count a
+    probe message brought first (a starved doctor drains before it reads the pages) is
+    recorded all the same, and once per count."""
+    from gpudoctor.jobs import LaunchedJob
+    from gpudoctor.store import Store
+
+    store = Store(tmp_path / "s.db")
+    job = LaunchedJob(["python", "train.py"], store)
+    try:
+        job.session_id = store.create_session(job.timeline, str(tmp_path), os.getpid())
+        page = CounterPage(job._dir)
+        page.open()
+        page.values[STEPS] = 160
+        job.timeline.ingest_probe({"pid": os.getpid(), "counts": {"steps": 160}})
+        job._read_pages()
+        job._read_pages()
+        store.commit()
+        assert store.counted_steps(job.session_id) == 160
+        assert len(store.records_of(job.session_id, "page")) == 1
+    finally:
+        page.close()
+        job.close()
+        store.close()

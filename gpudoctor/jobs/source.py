@@ -141,6 +141,9 @@ class Recorder(ABC):
         self.names = GpuProcessNames()
         self.compactor = Compactor()
         self._compacted = time.monotonic()
+        # each process's count as its last page record holds it: what `history` reads of a
+        # doctor that died (the timeline's page_steps also moves with the probe's messages)
+        self._pages_recorded: dict[int, int] = {}
 
     @property
     @abstractmethod
@@ -357,8 +360,9 @@ class Recorder(ABC):
         """The probes' exact step counts (their counter pages), recorded when they move."""
         assert self.session_id is not None
         for pid, page in read_pages(folder).items():
-            if self.timeline.page_steps.get(pid) != page.steps:
-                self.timeline.ingest_page(pid, page.steps)
+            self.timeline.ingest_page(pid, page.steps)
+            if self._pages_recorded.get(pid) != page.steps:
+                self._pages_recorded[pid] = page.steps
                 record = {"pid": pid, "steps": page.steps, "rows_sent": page.rows_sent}
                 self.store.add(self.session_id, "page", time.monotonic_ns(), record)
 
