@@ -94,7 +94,7 @@ class Plan:
 
 
 # A message the live doctor read: (pid, its rows, their steady ones rolled up, the rest
-# of the message as JSON text), packed: ~1 kB a message of a fast loop's 400 rows, where
+# of the message as JSON text), packed: ~1 kB for 400 of a fast loop's rows, where
 # the rollup and the rest as objects took ~6 kB (5,000 of them 25 MB more: bench/RESULTS.md)
 Known = tuple[int, int, bytes | None, str]
 

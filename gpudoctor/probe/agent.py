@@ -33,7 +33,10 @@ from .flops import FlopCount
 from .page import LAST_END, ROWS_DROPPED, ROWS_SENT, STEPS, CounterPage
 from .profile import Profiling
 
-FLUSH_INTERVAL_S = 0.25
+# Twice a second: the doctor reads once a second. At 0.25 s a fast loop's doctor took in
+# twice the messages, each with its fixed cost (a wake-up, a store insert, a rollup
+# merged): 0.75-1.03% of a core against 0.66-0.75% (bench/RESULTS.md, 2026-12-07).
+FLUSH_INTERVAL_S = 0.5
 
 OOM_CLASS_NAMES = ("OutOfMemoryError",)
 OOM_MESSAGES = (

@@ -20,7 +20,7 @@ launch does once torch is imported, with what a process past its set-up needs in
 It removes itself, every hook, wrapper, patch and thread it installed, when its doctor
 asks (a `detach` file in the doctor's folder: it sends what it has first), when the
 doctor is gone (its process or its socket), or on the doctor's SIGKILL (the same, at
-the next flush, a quarter of a second later). What stays is inert: this package's
+the next flush, half a second later). What stays is inert: this package's
 modules (a second attach reuses them rather than loading them twice) and one at-fork
 function that does nothing while no doctor is attached.
 """
