@@ -16,6 +16,7 @@ from gpudoctor.diagnosis.gpu_timeline import RankTimeline
 from gpudoctor.diagnosis.ranks import RankSummary
 from gpudoctor.diagnosis.rollup import BIN_NS, StepBins, StepRollup
 from gpudoctor.diagnosis.window import WARMUP_STEPS, Window
+from gpudoctor.hotspot_chunks import HotspotChunks
 from gpudoctor.model import (
     STEP_FIELD,
     CpuPeak,
@@ -58,7 +59,7 @@ HOST_ROOM = 2048
 HOST_RECENT_ROOM = 3600
 GPU_ROOM = 8192
 GPU_RECENT_ROOM = 4800
-# Gauges, stack and hotspot chunks: the newest six hours' at 1 Hz.
+# Gauges and stack chunks: the newest six hours' at 1 Hz (hotspot chunks: hotspot_chunks.py).
 MAX_SAMPLES_KEPT = 6 * 3600
 # A whole run's window (the report's, fix's, trial's) makes records of the newest
 # WHOLE_ROWS rows, shared out evenly, never fewer than MIN_WHOLE_ROWS a process (about
@@ -188,7 +189,7 @@ class Timeline:
     watched_pid: int | None = None
     stacks: deque[StackChunk] = field(default_factory=_samples)
     # run mode: py-spy's samples by the line of the user's code (sources/hotspots.py)
-    hotspots: deque[HotspotChunk] = field(default_factory=_samples)
+    hotspots: HotspotChunks = field(default_factory=HotspotChunks)
     # the node the doctor ran on, and the other nodes' ranks as their doctors last sent
     # them (a multi-node job: sources/rendezvous.py), by node
     hostname: str | None = None
