@@ -1,14 +1,15 @@
 """The line sampler's chunks over a run (sources/hotspots.py: py-spy's samples by the
 line of the user's code), in bounded memory.
 
-A chunk as an object is ~7 kB (a real fast loop's, nine lines). `run` makes one a minute
-after its first three and `watch` one every ten seconds, so a week's doctor held 68 MB of
-them under `run` (the deque's cap, 21,600, made it 146 MB under `watch`), more than all
-else it keeps for a week (issue 41's 80 MB). The newest RECENT stay as they came (the
-live views read the last few, a replay reads them by time); older ones are merged into
-stretches of a span that doubles whenever more than OLD_ROOM are held, as the readings
-are (readings.py). A merged chunk holds the samples of its chunks by line, summed, so
-the whole run's named lines (diagnosis/hotspots.py sums them by line) are the same.
+A real fast loop's chunk is ~7 kB as objects. `run` makes one a minute after its first
+three and `watch` one every ten seconds, so a week's doctor held 65 MB of them under
+`run`, and 140 MB under `watch` once the old deque's cap (21,600) was reached
+(bench/hotspot_memory.py): more than all else it keeps for a week (issue 41's 80 MB).
+The newest RECENT stay as they came (the live views read the last few); older ones are
+merged into stretches of a span that doubles whenever more than OLD_ROOM are held, as
+the readings are thinned (readings.py). A merged chunk holds its chunks' samples summed
+by line, so the whole run's named lines and their shares (diagnosis/hotspots.py sums
+them by line) are the same; a replay stopped inside a merged stretch leaves it out.
 """
 
 from __future__ import annotations
