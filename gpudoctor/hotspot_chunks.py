@@ -39,10 +39,7 @@ class HotspotChunks:
 
     def _age(self, chunk: HotspotChunk) -> None:
         old = self._old
-        if old and _fits(old[-1], chunk, self._span_ns):
-            old[-1] = merged(old[-1], chunk)
-        else:
-            old.append(chunk)
+        _joined(old, chunk, self._span_ns)
         while len(old) > self.old_room:
             average = (old[-1].t_end_mono_ns - old[0].t_start_mono_ns) // len(old)
             span = 2 * max(self._span_ns, average, 1)
@@ -72,13 +69,18 @@ def _fits(a: HotspotChunk, b: HotspotChunk, span_ns: int) -> bool:
     )
 
 
+def _joined(stretches: list[HotspotChunk], chunk: HotspotChunk, span_ns: int) -> None:
+    """`chunk` merged into the last stretch where it fits, else after it."""
+    if stretches and _fits(stretches[-1], chunk, span_ns):
+        stretches[-1] = merged(stretches[-1], chunk)
+    else:
+        stretches.append(chunk)
+
+
 def _folded(chunks: list[HotspotChunk], span_ns: int) -> list[HotspotChunk]:
     out: list[HotspotChunk] = []
     for c in chunks:
-        if out and _fits(out[-1], c, span_ns):
-            out[-1] = merged(out[-1], c)
-        else:
-            out.append(c)
+        _joined(out, c, span_ns)
     return out
 
 

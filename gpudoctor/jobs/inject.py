@@ -50,6 +50,7 @@ import psutil
 from gpudoctor import probe
 from gpudoctor.i18n import _
 from gpudoctor.jobs import ptrace
+from gpudoctor.sources.contention import schedstat
 
 PROBE_DIR = Path(probe.__file__).resolve().parent
 BOOT_NAME = "inject.py"
@@ -453,13 +454,10 @@ def inject(pid: int, folder: str, settings: dict[str, object], route: str) -> st
 
 
 def run_delay_ns(pid: int) -> int:
-    """How long pid's main thread has waited for a core, all told (the kernel's
-    run-queue delay: sources/contention.py); 0 where the kernel does not say."""
-    try:
-        with open(f"/proc/{pid}/task/{pid}/schedstat", "rb") as f:
-            return int(f.read().split()[1])
-    except (OSError, ValueError, IndexError):
-        return 0
+    """How long pid's main thread has waited for a core, all told; 0 where the kernel
+    does not say."""
+    read = schedstat(pid, pid)
+    return read[1] if read is not None else 0
 
 
 def running(pid: int) -> bool:

@@ -24,6 +24,17 @@ SCAN_EVERY_S = 5.0
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
+def schedstat(pid: int, tid: int | str) -> tuple[int, int] | None:
+    """A thread's time on a core and its time waiting for one (ns, all told), or None
+    where the kernel does not say."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
+            fields = f.read().split()
+        return int(fields[0]), int(fields[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 class RunDelay:
     """Between two readings (None before the second, or where schedstat is absent): the
     fraction of the job's runnable time its threads spent waiting for a core, and the
@@ -52,12 +63,10 @@ class RunDelay:
             for tid in tids:
                 if len(seen) >= MAX_THREADS:
                     break
-                try:
-                    with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
-                        fields = f.read().split()
-                    on_cpu, delay = int(fields[0]), int(fields[1])
-                except (OSError, ValueError, IndexError):
+                read = schedstat(pid, tid)
+                if read is None:
                     continue
+                on_cpu, delay = read
                 key = int(tid)
                 seen[key] = (on_cpu, delay)
                 last = self._last.get(key)
