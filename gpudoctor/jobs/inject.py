@@ -432,12 +432,11 @@ def inject(pid: int, folder: str, settings: dict[str, object], route: str) -> st
     if not os.path.exists(result):  # the job runs it later: its deadline is the doctor's
         write_boot(RESULT_WAIT_S)
     start = time.monotonic()
-    delayed_from = run_delay_ns(pid)
+    starved = Starved([pid])
     written = start + RESULT_WAIT_S  # the boot script's own deadline
     while True:
         now = time.monotonic()
-        starved_s = (run_delay_ns(pid) - delayed_from) / 1e9
-        deadline = start + min(RESULT_WAIT_S + max(starved_s, 0.0), RESULT_WAIT_MAX_S)
+        deadline = start + min(RESULT_WAIT_S + starved.seconds(), RESULT_WAIT_MAX_S)
         if now >= deadline:
             break
         if deadline > written + 1.0:  # waited for a core meanwhile: the script's time too
@@ -458,6 +457,33 @@ def run_delay_ns(pid: int) -> int:
     does not say."""
     read = schedstat(pid, pid)
     return read[1] if read is not None else 0
+
+
+class Starved:
+    """How long, since it was made, the most starved of some processes' main threads
+    waited for a core (runnable, no core free): the time a wait for them is owed."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self._from = {pid: run_delay_ns(pid) for pid in pids}
+
+    def seconds(self) -> float:
+        waited = (run_delay_ns(pid) - since for pid, since in self._from.items())
+        return max(0.0, *waited) / 1e9
+
+
+def wait_owed(process: subprocess.Popen[str], seconds: float, job: int) -> str | None:
+    """What `process` printed once it ended within `seconds`, plus the time it or the
+    job's main thread waited for a core meanwhile (up to RESULT_WAIT_MAX_S in all);
+    None while it still runs then (what it printed so far is kept for the next call)."""
+    start = time.monotonic()
+    starved = Starved([process.pid, job])
+    while True:
+        left = start + min(seconds + starved.seconds(), RESULT_WAIT_MAX_S) - time.monotonic()
+        if left <= 0:
+            return None
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            output, _unused = process.communicate(timeout=min(left, 1.0))
+            return output
 
 
 def running(pid: int) -> bool:
@@ -562,7 +588,7 @@ def _gdb(pid: int, boot: str) -> None:
     # no debug information read at all, no library's symbols but the two named
     argv = ["gdb", "-q", "-nx", "-batch", "--readnever", "-iex", "set auto-solib-add off"]
     argv += ["-iex", "set auto-load off"]
-    output, timed_out = _debugger([*argv, "-p", str(pid), "-x", commands])
+    output, timed_out = _debugger([*argv, "-p", str(pid), "-x", commands], pid)
     if re.search(r"^\$2 = ", output, re.MULTILINE):
         return  # the script ran (its call returned: gdb printed the value)
     exited = r"^\[Inferior \d+ \(process \d+\) exited"
@@ -574,7 +600,7 @@ def _lldb(pid: int, boot: str) -> None:
     # no .lldbinit; a stop by a signal ends the batch by detaching (never its prompt)
     argv = ["lldb", "--batch", "--no-lldbinit", "-k", "process detach"]
     argv += ["-O", "settings set target.preload-symbols false"]
-    output, timed_out = _debugger([*argv, "-p", str(pid), "-s", commands])
+    output, timed_out = _debugger([*argv, "-p", str(pid), "-s", commands], pid)
     if re.search(r"^\(int\) \$1 = ", output, re.MULTILINE):
         return  # the script ran (its call returned: lldb printed the value)
     _not_run(pid, output, timed_out, r"^Process \d+ exited", "interrupted" in output)
@@ -597,9 +623,10 @@ def _debugger_script(template: str, boot: str, name: str) -> str:
     return commands
 
 
-def _debugger(argv: list[str]) -> tuple[str, bool]:
-    """A debugger's batch run: what it printed, and whether it was interrupted for
-    waiting past SAFE_POINT_WAIT_S for the safe point."""
+def _debugger(argv: list[str], pid: int) -> tuple[str, bool]:
+    """A debugger's batch run on `pid`: what it printed, and whether it was interrupted
+    for waiting past SAFE_POINT_WAIT_S for the safe point (the time it or the job waited
+    for a core added: beside CI's suite a starved gdb reached the job after 30 s)."""
     debugger = subprocess.Popen(
         argv,
         stdin=subprocess.DEVNULL,
@@ -608,20 +635,18 @@ def _debugger(argv: list[str]) -> tuple[str, bool]:
         text=True,
         start_new_session=True,  # the doctor's Ctrl-C is not the debugger's
     )
-    try:
-        output, _unused = debugger.communicate(timeout=SAFE_POINT_WAIT_S)
+    output = wait_owed(debugger, SAFE_POINT_WAIT_S, pid)
+    if output is not None:
         return output, False
-    except subprocess.TimeoutExpired:
-        # still waiting for the safe point: interrupted, the debugger detaches as it
-        # quits (a pending call left behind is a harmless function the job calls once);
-        # never killed, which would leave its breakpoint in the job
+    # still waiting for the safe point: interrupted, the debugger detaches as it quits
+    # (a pending call left behind is a harmless function the job calls once); never
+    # killed, which would leave its breakpoint in the job
+    debugger.send_signal(signal.SIGINT)
+    output = wait_owed(debugger, DEBUGGER_WAIT_S - SAFE_POINT_WAIT_S, pid)
+    if output is None:
         debugger.send_signal(signal.SIGINT)
-        try:
-            output, _unused = debugger.communicate(timeout=DEBUGGER_WAIT_S - SAFE_POINT_WAIT_S)
-        except subprocess.TimeoutExpired:
-            debugger.send_signal(signal.SIGINT)
-            output, _unused = debugger.communicate()
-        return output, True
+        output, _unused = debugger.communicate()
+    return output, True
 
 
 def _not_run(pid: int, output: str, timed_out: bool, exited: str, unwound: bool) -> None:
