@@ -189,7 +189,10 @@ class StackChunk:
     integer locals (`step`, `i`, ...) read at `counters_t_mono_ns` as the chunk began,
     by "function:name" (and the epoch read with each, if any, by "function:name@epoch"),
     and `last_counters` read at `last_counters_t_mono_ns` shortly before it ended (none
-    in a store from before they were read); two readings give a step rate."""
+    in a store from before they were read); two readings give a step rate.
+
+    `chunks` > 1: an old stretch of a long run, that many chunks merged in memory
+    (stack_chunks.py): their samples summed, the counter readings its first chunk's."""
 
     t_start_mono_ns: int
     t_end_mono_ns: int
@@ -198,6 +201,7 @@ class StackChunk:
     counters_t_mono_ns: int | None = None
     last_counters: dict[str, int] = field(default_factory=dict)
     last_counters_t_mono_ns: int | None = None
+    chunks: int = 1
 
     @property
     def total(self) -> int:

@@ -29,6 +29,7 @@ from gpudoctor.model import (
 )
 from gpudoctor.probe import protocol
 from gpudoctor.readings import Readings
+from gpudoctor.stack_chunks import StackChunks
 from gpudoctor.step_rows import COUNTED_TAIL, StepRows
 
 BATCH = protocol.STEP_FIELDS.index("batch_size")
@@ -59,7 +60,7 @@ HOST_ROOM = 2048
 HOST_RECENT_ROOM = 3600
 GPU_ROOM = 8192
 GPU_RECENT_ROOM = 4800
-# Gauges and stack chunks: the newest six hours' at 1 Hz (hotspot chunks: hotspot_chunks.py).
+# Gauges: the newest six hours' at 1 Hz (py-spy's chunks: hotspot_chunks.py, stack_chunks.py).
 MAX_SAMPLES_KEPT = 6 * 3600
 # A whole run's window (the report's, fix's, trial's) makes records of the newest
 # WHOLE_ROWS rows, shared out evenly, never fewer than MIN_WHOLE_ROWS a process (about
@@ -187,7 +188,7 @@ class Timeline:
     end_mono_ns: int | None = None
     # watch mode: the attached process (no probe inside it) and its stack chunks
     watched_pid: int | None = None
-    stacks: deque[StackChunk] = field(default_factory=_samples)
+    stacks: StackChunks = field(default_factory=StackChunks)
     # run mode: py-spy's samples by the line of the user's code (sources/hotspots.py)
     hotspots: HotspotChunks = field(default_factory=HotspotChunks)
     # the node the doctor ran on, and the other nodes' ranks as their doctors last sent

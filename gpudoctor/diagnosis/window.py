@@ -125,7 +125,7 @@ def stack_loop_counter(chunks: tuple[StackChunk, ...] | list[StackChunk]) -> tup
     readings = _readings(chunks)
     if not readings:
         return None
-    t, latest = readings[-1]
+    t, latest, _joined = readings[-1]
     rises = _rises(readings)
     best = _best(rises) if rises else None
     if best is None or best not in latest:
@@ -136,31 +136,42 @@ def stack_loop_counter(chunks: tuple[StackChunk, ...] | list[StackChunk]) -> tup
     return t, latest[best]
 
 
-def _readings(
-    chunks: tuple[StackChunk, ...] | list[StackChunk],
-) -> list[tuple[int, dict[str, int]]]:
-    """The chunks' readings of the loop counters (each chunk's first and last), in order."""
-    return [
-        (t, counters)
-        for c in chunks
+# A reading of the loop counters: when, the counters, and whether the one before it
+# may be compared with it (not across the rest of a merged stretch: stack_chunks.py)
+Reading = tuple[int, dict[str, int], bool]
+
+
+def _readings(chunks: tuple[StackChunk, ...] | list[StackChunk]) -> list[Reading]:
+    """The chunks' readings of the loop counters (each chunk's first and last), in order.
+    A merged stretch's are its first chunk's: the reading after them is not compared
+    with them (the rest of the stretch lies between)."""
+    out: list[Reading] = []
+    after_stretch = False  # a merged stretch since the last reading
+    for c in chunks:
+        joined = not after_stretch
         for t, counters in (
             (c.counters_t_mono_ns, c.counters),
             (c.last_counters_t_mono_ns, c.last_counters),
-        )
-        if counters and t is not None
-    ]
+        ):
+            if counters and t is not None:
+                out.append((t, counters, joined))
+                joined, after_stretch = True, False
+        after_stretch = after_stretch or c.chunks > 1
+    return out
 
 
-def _rises(readings: list[tuple[int, dict[str, int]]]) -> dict[str, tuple[int, int, int]]:
+def _rises(readings: list[Reading]) -> dict[str, tuple[int, int, int]]:
     """Each counter's rises between readings: (intervals, steps, ns); the counters whose
     epochs are shorter than the readings' spacing left out (stack_steps_per_s)."""
     rises: dict[str, tuple[int, int, int]] = {}
     falls: dict[str, int] = {}
     period: dict[str, int] = {}  # an epoch's length: the largest value read, plus one
-    for _t, counters in readings:
+    for _t, counters, _joined in readings:
         for key, value in counters.items():
             period[key] = max(period.get(key, 0), value + 1)
-    for (t_a, a), (t_b, b) in zip(readings, readings[1:], strict=False):
+    for (t_a, a, _joined), (t_b, b, joined) in zip(readings, readings[1:], strict=False):
+        if not joined:
+            continue
         dt = t_b - t_a
         for key, value in b.items():
             before = a.get(key)
