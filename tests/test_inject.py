@@ -24,6 +24,7 @@ from conftest import (
     as_from_a_terminal,
     doctor,
     env_without_probe,
+    one_core_shared,
     setpriv_as,
     top_finding,
     wait_for,
@@ -611,29 +612,21 @@ def test_a_debugger_starved_of_cpu_is_waited_for_the_time_it_waited_for_a_core()
     for it ran out. Here a stand-in for the debugger needs 0.6 s of CPU and shares one
     core with three busy loops (about 2.4 s to do it); waited for 1 s, it is owed the time
     it spent waiting for the core, so what it printed comes back."""
-    cpu = min(os.sched_getaffinity(0))
-
-    def on_one_core() -> None:
-        os.sched_setaffinity(0, {cpu})
-
-    spin = [sys.executable, "-c", "while True: pass"]
-    hogs: list[subprocess.Popen[str]] = [
-        subprocess.Popen(spin, preexec_fn=on_one_core, text=True) for _ in range(3)
-    ]
     job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], text=True)
     work = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass\n"
-    stand_in = subprocess.Popen(
-        [sys.executable, "-c", work + "print('reached', flush=True)"],
-        stdout=subprocess.PIPE, text=True, preexec_fn=on_one_core,
-    )  # fmt: skip
-    try:
-        started = time.monotonic()
-        said = inject.wait_owed(stand_in, 1.0, job.pid)
-        took = time.monotonic() - started
-    finally:
-        for process in (*hogs, job, stand_in):
-            process.kill()
-            process.wait()
+    with one_core_shared(3) as on_that_core:
+        stand_in = subprocess.Popen(
+            [sys.executable, "-c", work + "print('reached', flush=True)"],
+            stdout=subprocess.PIPE, text=True, preexec_fn=on_that_core,
+        )  # fmt: skip
+        try:
+            started = time.monotonic()
+            said = inject.wait_owed(stand_in, 1.0, job.pid)
+            took = time.monotonic() - started
+        finally:
+            for process in (job, stand_in):
+                process.kill()
+                process.wait()
     assert said == "reached\n"
     assert took > 1.5  # it did wait past its 1 s, for the core
 
