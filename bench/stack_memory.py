@@ -6,7 +6,7 @@ chunk's stored text, at `watch`'s cadence (one every 10 s).
     python bench/stack_memory.py [--store PATH]
 
 The real chunks come from a store of a watched run (`--store`), or from a 40-second
-`gpudoctor watch --pid` of bench/loop_job.py recorded here.
+`gpudoctor watch --pid` of sample_jobs/healthy.py recorded here (its loop counter read).
 """
 
 from __future__ import annotations
@@ -30,10 +30,9 @@ ROOT = Path(__file__).resolve().parent.parent
 def recorded() -> Path:
     store = Path(tempfile.mkdtemp()) / "s.db"
     job = subprocess.Popen(
-        [sys.executable, str(ROOT / "bench" / "loop_job.py"), "--hidden", "4",
-         "--batch-size", "4", "--steps", "100000000"],
+        [sys.executable, str(ROOT / "sample_jobs" / "healthy.py"), "--seconds", "600"],
         stdout=subprocess.DEVNULL,
-    )  # fmt: skip
+    )  # its loop's `step` read in each chunk
     try:
         subprocess.run(
             [sys.executable, "-m", "gpudoctor", "--store", str(store), "watch", "--pid",
