@@ -2,10 +2,10 @@
 main thread by what they were in, and the loop's counters), in bounded memory
 (stretches.py).
 
-A chunk is ~2.1 kB as objects (its four small dicts) and `watch` makes one every ten
-seconds, so a week's doctor held 46 MB of them once the old deque's cap (21,600: the
-last 60 hours) was reached, and its report saw only those 60 hours
-(bench/hotspot_memory.py). A merged stretch holds its chunks' samples summed by class,
+A real chunk is ~1.4 kB as objects (its four small dicts) and `watch` makes one every
+ten seconds, so a week's doctor held 30 MB of them once the old deque's cap (21,600:
+the last 60 hours) was reached, and its report saw only those 60 hours; now 0.5 MB
+(bench/stack_memory.py). A merged stretch holds its chunks' samples summed by class,
 so the whole run's split and data wait are the same; of the counters it keeps its first
 chunk's two readings, ten seconds apart, a sample of the step rate: a reading from
 before a longer gap is never compared across it (diagnosis/window.py's _readings), as
