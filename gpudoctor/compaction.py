@@ -19,6 +19,9 @@ than KEEP_WHOLE_S are compacted a SLOT_S of record time at a time:
   timeline spreads what it keeps in memory evenly over the run, weighing these by the
   time they stand for: readings.py; its other nodes' ranks the newest sent), counter pages
   (cumulative) to each process's last of the slot;
+- py-spy's chunks (watch mode's stack chunks, one every 10 s; the line sampler's) are
+  merged into one record a slot, as the live doctor merges its old ones in memory
+  (stretches.py): samples summed, a week of watch's 60,000 of each kind ~120 MB of store;
 - everything else (facts, findings, ends, exceptions, profiles, stalls...) is kept.
 The recent ten minutes stay whole: the live screens and the rules read the recent
 steps (the timeline keeps up to 12,500 rows a rank for 8 ranks in memory: two minutes
@@ -31,13 +34,16 @@ Pure: it decides what to delete, rewrite and add; store.py does the SQL.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpudoctor import jsontext
+from gpudoctor import hotspot_chunks, jsontext, stack_chunks
 from gpudoctor.diagnosis.rollup import StepRollup
+from gpudoctor.model import HotspotChunk, StackChunk
 from gpudoctor.timeline import steady, steps_of
 
 
@@ -64,7 +70,14 @@ PASS_RECORDS = 1000
 # probe messages carry hundreds of rows each (~25 KB), and a pass of 1,000 of them held
 # 25 MB of text at once, the doctor's peak memory (bench/RESULTS.md)
 PASS_BYTES = 1_000_000
-KINDS = ("probe", "host", "gpu", "page", "ranks")  # what compaction touches
+# py-spy's chunks by kind: how one is read from its record, whether b may join a, the two
+# as one (a slot's chunks that fit one another become one record, the last of them)
+CHUNKS: dict[str, tuple[Callable[..., Any], Callable[..., bool], Callable[..., Any]]] = {
+    "stacks": (lambda d: StackChunk(**d), stack_chunks.fits, stack_chunks.merged),
+    "hotspots": (HotspotChunk.from_dict, hotspot_chunks.fits, hotspot_chunks.merged),
+}
+ANY_SPAN = 2**62
+KINDS = ("probe", "host", "gpu", "page", "ranks", *CHUNKS)  # what compaction touches
 # A probe message's keys that only its process's last message of a slot keeps: the
 # cumulative counts, and the CUDA allocator's gauges (whose peak is the run's own).
 LAST_ONLY = ("counts", "dropped", "gauges")
@@ -119,6 +132,8 @@ class Compactor:
     # (time, length, hash) of a probe message's text -> (pid, rows, their rollup, the
     # message without its rows): what the live doctor read already (knows)
     known: dict[tuple[int, int, int], Known] = field(default_factory=dict)
+    # the slot's py-spy chunks by kind: (record id, its text), in order
+    chunks: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
 
     def knows(self, t: int, data: str, message: dict[str, Any], rollup: StepRollup | None) -> None:
         """A probe message the live doctor stored as `data` at `t`, read (`message`)
@@ -136,7 +151,7 @@ class Compactor:
         """The slot in progress forgotten (it could not be written): read it again."""
         self.slot, self.read_id = None, self.done_id
         self.rollups, self.last, self.pages, self.plan = {}, {}, {}, Plan()
-        self.holders, self.waiting = {}, {}
+        self.holders, self.waiting, self.chunks = {}, {}, {}
 
     def read(self, records: list[tuple[int, str, int, str]], before_ns: int) -> Plan | None:
         """The next records after `read_id` (id, kind, t_mono_ns, data), in id order.
@@ -163,6 +178,8 @@ class Compactor:
                 plan.delete.append(record_id)
             else:
                 self.sample_slots[what] = sample_slot
+        elif kind in CHUNKS:
+            self.chunks.setdefault(kind, []).append((record_id, data))
         elif kind == "page":
             pid = _pid(data)
             if pid is not None:
@@ -266,14 +283,44 @@ class Compactor:
                 "t": t, "rollup": rollup.to_dict(),
             }  # fmt: skip
             plan.add.append(("rollup", t, json.dumps(record, separators=(",", ":"))))
+        for kind, held in self.chunks.items():
+            _merge_chunks(plan, kind, held)
         self.slot = None
         self.rollups, self.last, self.pages, self.plan = {}, {}, {}, Plan()
-        self.holders, self.waiting = {}, {}
+        self.holders, self.waiting, self.chunks = {}, {}, {}
         return plan
 
     def written(self) -> None:
         """The slot's plan is in the store: its records are done."""
         self.done_id = self.read_id
+
+
+def _merge_chunks(plan: Plan, kind: str, held: list[tuple[int, str]]) -> None:
+    """A slot's chunks of one kind into the plan: each run of them that fit one another
+    merged into the run's last record, the others deleted; one it cannot read is left
+    as it is (and ends a run)."""
+    read, fits, merge = CHUNKS[kind]
+    run: list[int] = []
+    whole: Any = None
+
+    def close() -> None:
+        if len(run) > 1:
+            text = json.dumps(dataclasses.asdict(whole), separators=(",", ":"))
+            plan.rewrite.append((text, run[-1]))
+            plan.delete.extend(run[:-1])
+
+    for record_id, data in held:
+        try:
+            chunk = read(jsontext.loads(data))
+        except (ValueError, TypeError, KeyError):
+            chunk = None
+        if chunk is not None and whole is not None and fits(whole, chunk, ANY_SPAN):
+            whole = merge(whole, chunk)
+            run.append(record_id)
+            continue
+        close()
+        run, whole = ([record_id], chunk) if chunk is not None else ([], None)
+    close()
 
 
 def _drop_fact(message: dict[str, Any], key: str) -> None:

@@ -17,15 +17,15 @@ from itertools import chain
 from gpudoctor.model import HotspotChunk, HotspotLine
 from gpudoctor.stretches import OLD_ROOM, RECENT, Stretches
 
-__all__ = ["OLD_ROOM", "RECENT", "HotspotChunks", "merged"]
+__all__ = ["OLD_ROOM", "RECENT", "HotspotChunks", "fits", "merged"]
 
 
 class HotspotChunks(Stretches[HotspotChunk]):
     def __init__(self, recent: int = RECENT, old_room: int = OLD_ROOM) -> None:
-        super().__init__(_fits, merged, recent, old_room)
+        super().__init__(fits, merged, recent, old_room)
 
 
-def _fits(a: HotspotChunk, b: HotspotChunk, span_ns: int) -> bool:
+def fits(a: HotspotChunk, b: HotspotChunk, span_ns: int) -> bool:
     """b may join a's stretch: the same process and rates, within the span."""
     return (
         a.pid == b.pid

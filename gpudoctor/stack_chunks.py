@@ -20,10 +20,11 @@ from gpudoctor.stretches import OLD_ROOM, RECENT, Stretches
 
 class StackChunks(Stretches[StackChunk]):
     def __init__(self, recent: int = RECENT, old_room: int = OLD_ROOM) -> None:
-        super().__init__(_fits, merged, recent, old_room)
+        super().__init__(fits, merged, recent, old_room)
 
 
-def _fits(a: StackChunk, b: StackChunk, span_ns: int) -> bool:
+def fits(a: StackChunk, b: StackChunk, span_ns: int) -> bool:
+    """b may join a's stretch: within the span (a watch follows one process)."""
     return b.t_end_mono_ns - a.t_start_mono_ns <= span_ns
 
 

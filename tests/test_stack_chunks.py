@@ -7,10 +7,14 @@ from __future__ import annotations
 import random
 import tracemalloc
 from collections.abc import Iterator
+from pathlib import Path
 
+from gpudoctor.compaction import Compactor
+from gpudoctor.diagnosis.hotspots import hotspots
 from gpudoctor.diagnosis.window import Window, stack_steps_per_s
-from gpudoctor.model import StackChunk
+from gpudoctor.model import HotspotChunk, StackChunk
 from gpudoctor.stack_chunks import StackChunks
+from gpudoctor.store import Store, encode
 from gpudoctor.stretches import OLD_ROOM, RECENT
 from gpudoctor.timeline import Timeline
 
@@ -88,3 +92,48 @@ def test_a_counter_is_never_compared_across_a_merged_stretch() -> None:
     )
     rate = stack_steps_per_s(list(kept))
     assert rate is not None and abs(rate - RATE) < 0.5, rate
+
+
+def test_a_long_watch_s_store_keeps_a_slot_s_chunks_as_one_record(tmp_path: Path) -> None:
+    """A watch of 4,000 s in the store, compacted: each whole 10-minute slot's stack
+    chunks are one record, and so are its line chunks of one process and rate (another
+    rate's stays apart); the session loaded from it has every sample, the same lines and
+    the rate."""
+    store = Store(tmp_path / "s.db")
+    session = store.create_session(Timeline(["python", "train.py"], 1.7e9, 0), "/")
+    made = list(chunks(400))
+    lines = [
+        HotspotChunk(c.t_start_mono_ns, c.t_end_mono_ns, 42, 10.0 if k != 7 else 20.0, 10.0,
+                     30, 5, (("main", "/u/train.py", 40 + k % 3, "main", "loader", 20, 4, "x"),))
+        for k, c in enumerate(made)
+    ]  # fmt: skip
+    for stack, line in zip(made, lines, strict=True):
+        store.add(session, "stacks", stack.t_end_mono_ns, encode(stack))
+        store.add(session, "hotspots", line.t_end_mono_ns, encode(line))
+    store.commit()
+    compactor = Compactor()
+    while store.compact(session, made[-1].t_end_mono_ns + 1, compactor):
+        pass
+    held = dict(
+        store.db.execute(
+            "SELECT kind, COUNT(*) FROM records WHERE session_id=? GROUP BY kind", (session,)
+        ).fetchall()
+    )
+    # six whole slots of 60 chunks, one record each (the line chunk of another rate
+    # apart: slot 0's three), the seventh slot's 40 chunks as they came (not whole yet)
+    assert held == {"stacks": 6 + 41, "hotspots": 6 + 2 + 41}, held
+    loaded = store.load(session)
+    assert sum(c.chunks for c in loaded.stacks) == 400
+    kept = loaded.window()
+    assert kept.stack_counts == Window(stacks=tuple(made)).stack_counts
+    rate = kept.steps_per_s
+    assert rate is not None and abs(rate - RATE) < 0.5, rate
+    whole, bounded = hotspots(lines), kept.hotspots
+    assert whole is not None and bounded is not None
+    assert bounded.main_samples == whole.main_samples
+    assert [(h.file, h.line, h.state) for h in bounded.lines] == [
+        (h.file, h.line, h.state) for h in whole.lines
+    ]
+    assert all(
+        abs(a.share - b.share) < 1e-9 for a, b in zip(bounded.lines, whole.lines, strict=True)
+    )
