@@ -46,12 +46,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--store", type=Path)
     args = p.parse_args()
-    store = args.store or recorded()
-    with sqlite3.connect(store) as db:
-        texts = [d for (d,) in db.execute("SELECT data FROM records WHERE kind='hotspots'")]
-    if not texts:
-        sys.exit(f"no hotspot chunks in {store}")
-    print(f"{len(texts)} real chunks from {store}, {sum(map(len, texts)) // len(texts)} bytes each")
+    texts = chunk_texts(args.store or recorded(), "hotspots")
     for name, every_s, n in (
         ("run (one a minute)", 60, WEEK_MIN),
         ("watch (one every 10 s)", 10, 6 * WEEK_MIN),
@@ -62,6 +57,16 @@ def main() -> None:
             )
             grown = held_mb(texts, HotspotChunk.from_dict, held, every_s, n)
             print(f"a week of {name}: {kind}: {len(held)} chunks held, {grown:.1f} MB")
+
+
+def chunk_texts(store: Path, kind: str) -> list[str]:
+    """The store's records of `kind` as stored (JSON text); exits when there are none."""
+    with sqlite3.connect(store) as db:
+        texts = [d for (d,) in db.execute("SELECT data FROM records WHERE kind=?", (kind,))]
+    if not texts:
+        sys.exit(f"no {kind} chunks in {store}")
+    print(f"{len(texts)} real chunks from {store}, {sum(map(len, texts)) // len(texts)} bytes each")
+    return texts
 
 
 def held_mb(texts: list[str], build: Any, held: Any, every_s: int, n: int) -> float:

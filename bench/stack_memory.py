@@ -12,14 +12,13 @@ The real chunks come from a store of a watched run (`--store`), or from a 40-sec
 from __future__ import annotations
 
 import argparse
-import sqlite3
 import subprocess
 import sys
 import tempfile
 from collections import deque
 from pathlib import Path
 
-from hotspot_memory import WEEK_MIN, held_mb
+from hotspot_memory import WEEK_MIN, chunk_texts, held_mb
 
 from gpudoctor.model import StackChunk
 from gpudoctor.stack_chunks import StackChunks
@@ -49,12 +48,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--store", type=Path)
     args = p.parse_args()
-    store = args.store or recorded()
-    with sqlite3.connect(store) as db:
-        texts = [d for (d,) in db.execute("SELECT data FROM records WHERE kind='stacks'")]
-    if not texts:
-        sys.exit(f"no stack chunks in {store}")
-    print(f"{len(texts)} real chunks from {store}, {sum(map(len, texts)) // len(texts)} bytes each")
+    texts = chunk_texts(args.store or recorded(), "stacks")
     for kind in ("deque(maxlen=21600)", "StackChunks"):
         held: deque[StackChunk] | StackChunks = (
             deque(maxlen=21600) if kind.startswith("deque") else StackChunks()
