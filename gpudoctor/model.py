@@ -191,8 +191,11 @@ class StackChunk:
     and `last_counters` read at `last_counters_t_mono_ns` shortly before it ended (none
     in a store from before they were read); two readings give a step rate.
 
-    `chunks` > 1: an old stretch of a long run, that many chunks merged in memory
-    (stack_chunks.py): their samples summed, the counter readings its first chunk's."""
+    `chunks` > 1: an old stretch of a long run, that many chunks merged (stack_chunks.py):
+    their samples summed, the counter readings its first chunk's first and its last
+    chunk's last, and `rises` what the counters did between (diagnosis/window.py's
+    counter_rises: by counter, the intervals it rose in, steps, ns, the intervals it
+    fell in, its period)."""
 
     t_start_mono_ns: int
     t_end_mono_ns: int
@@ -202,6 +205,7 @@ class StackChunk:
     last_counters: dict[str, int] = field(default_factory=dict)
     last_counters_t_mono_ns: int | None = None
     chunks: int = 1
+    rises: dict[str, list[int]] | None = None
 
     @property
     def total(self) -> int:

@@ -6,14 +6,16 @@ A real chunk is ~1.4 kB as objects (its four small dicts) and `watch` makes one 
 ten seconds, so a week's doctor held 30 MB of them once the old deque's cap (21,600:
 the last 60 hours) was reached, and its report saw only those 60 hours; now 0.5 MB
 (bench/stack_memory.py). A merged stretch holds its chunks' samples summed by class,
-so the whole run's split and data wait are the same; of the counters it keeps its first
-chunk's two readings, ten seconds apart, a sample of the step rate: a reading from
-before a longer gap is never compared across it (diagnosis/window.py's _readings), as
-a counter may restart with each epoch inside it.
+so the whole run's split and data wait are the same; of the loop counters it keeps its
+first and last readings and what the counters did between them, interval by interval
+(diagnosis/window.py's counter_rises), so the whole run's step rate is the same too:
+its first and last readings, hours apart, are never compared as one interval, as a
+counter may restart with each epoch in them.
 """
 
 from __future__ import annotations
 
+from gpudoctor.diagnosis.window import counter_readings, counter_rises
 from gpudoctor.model import StackChunk
 from gpudoctor.stretches import OLD_ROOM, RECENT, Stretches
 
@@ -29,17 +31,22 @@ def fits(a: StackChunk, b: StackChunk, span_ns: int) -> bool:
 
 
 def merged(a: StackChunk, b: StackChunk) -> StackChunk:
-    """Two chunks as one: b after a, their samples summed by class, a's readings."""
+    """Two chunks as one: b after a, their samples summed by class; of the counters, the
+    first reading and the last, and what they did in between (window.counter_rises)."""
     samples = dict(a.samples)
     for cls, n in b.samples.items():
         samples[cls] = samples.get(cls, 0) + n
+    readings = counter_readings((a, b))
+    first = readings[0] if readings else (None, {}, True)
+    last = readings[-1] if len(readings) > 1 else (None, {}, True)
     return StackChunk(
         t_start_mono_ns=a.t_start_mono_ns,
         t_end_mono_ns=b.t_end_mono_ns,
         samples=samples,
-        counters=a.counters,
-        counters_t_mono_ns=a.counters_t_mono_ns,
-        last_counters=a.last_counters,
-        last_counters_t_mono_ns=a.last_counters_t_mono_ns,
+        counters=first[1],
+        counters_t_mono_ns=first[0],
+        last_counters=last[1],
+        last_counters_t_mono_ns=last[0],
         chunks=a.chunks + b.chunks,
+        rises=counter_rises(readings, [c for c in (a, b) if c.rises]),
     )

@@ -111,7 +111,7 @@ def stack_steps_per_s(chunks: tuple[StackChunk, ...] | list[StackChunk]) -> floa
     counter fell is left out, and a counter that fell in at least two intervals and as
     often as in half as many as it rose gives no rate: its epochs are shorter than the
     time between readings, and what it rose by says nothing of how many steps were run."""
-    rises = _rises(_readings(chunks))
+    rises = _rises(chunks)
     if not rises:
         return None
     _, steps, ns = rises[_best(rises)]
@@ -122,11 +122,11 @@ def stack_loop_counter(chunks: tuple[StackChunk, ...] | list[StackChunk]) -> tup
     """The training loop's own counter at its latest reading, (when, value): the one
     stack_steps_per_s takes the rate from, else (it did not rise in these chunks: a loop
     that stands still) the best-named one in that reading. None without a reading."""
-    readings = _readings(chunks)
+    readings = counter_readings(chunks)
     if not readings:
         return None
     t, latest, _joined = readings[-1]
-    rises = _rises(readings)
+    rises = _rises(chunks)
     best = _best(rises) if rises else None
     if best is None or best not in latest:
         named = [key for key in latest if EPOCH_KEY not in key]
@@ -137,60 +137,75 @@ def stack_loop_counter(chunks: tuple[StackChunk, ...] | list[StackChunk]) -> tup
 
 
 # A reading of the loop counters: when, the counters, and whether the one before it
-# may be compared with it (not across the rest of a merged stretch: stack_chunks.py)
+# may be compared with it (not a merged stretch's first: stack_chunks.py)
 Reading = tuple[int, dict[str, int], bool]
 
 
-def _readings(chunks: tuple[StackChunk, ...] | list[StackChunk]) -> list[Reading]:
+def counter_readings(chunks: tuple[StackChunk, ...] | list[StackChunk]) -> list[Reading]:
     """The chunks' readings of the loop counters (each chunk's first and last), in order.
-    A merged stretch's are its first chunk's: the reading after them is not compared
-    with them (the rest of the stretch lies between)."""
+    A merged stretch's are its first chunk's first and its last chunk's last: the hours
+    between them are not one interval (a counter may restart each epoch in them), its
+    own rises stand for them (counter_rises)."""
     out: list[Reading] = []
-    after_stretch = False  # a merged stretch since the last reading
     for c in chunks:
-        joined = not after_stretch
+        joined = True  # with the chunk before's last: the chunks follow one another
         for t, counters in (
             (c.counters_t_mono_ns, c.counters),
             (c.last_counters_t_mono_ns, c.last_counters),
         ):
             if counters and t is not None:
                 out.append((t, counters, joined))
-                joined, after_stretch = True, False
-        after_stretch = after_stretch or c.chunks > 1
+                joined = c.chunks == 1
     return out
 
 
-def _rises(readings: list[Reading]) -> dict[str, tuple[int, int, int]]:
-    """Each counter's rises between readings: (intervals, steps, ns); the counters whose
-    epochs are shorter than the readings' spacing left out (stack_steps_per_s)."""
-    rises: dict[str, tuple[int, int, int]] = {}
-    falls: dict[str, int] = {}
-    period: dict[str, int] = {}  # an epoch's length: the largest value read, plus one
+def counter_rises(
+    readings: list[Reading], stretches: tuple[StackChunk, ...] | list[StackChunk] = ()
+) -> dict[str, list[int]]:
+    """Each counter's [intervals it rose in, steps, ns, intervals it fell in, its
+    period]: over the readings' intervals, and the stretches' own (StackChunk.rises). A
+    counter's period (an epoch's length) is the largest value it was read at, plus one."""
+    out: dict[str, list[int]] = {}
+    for c in stretches:
+        for key, (rose, steps, ns, fell, period) in (c.rises or {}).items():
+            r = out.setdefault(key, [0, 0, 0, 0, 0])
+            r[0], r[1], r[2], r[3] = r[0] + rose, r[1] + steps, r[2] + ns, r[3] + fell
+            r[4] = max(r[4], period)
     for _t, counters, _joined in readings:
         for key, value in counters.items():
-            period[key] = max(period.get(key, 0), value + 1)
+            r = out.setdefault(key, [0, 0, 0, 0, 0])
+            r[4] = max(r[4], value + 1)
     for (t_a, a, _joined), (t_b, b, joined) in zip(readings, readings[1:], strict=False):
-        if not joined:
-            continue
         dt = t_b - t_a
+        if not joined or dt <= 0:
+            continue
         for key, value in b.items():
             before = a.get(key)
-            if before is None or dt <= 0 or EPOCH_KEY in key:
+            if before is None or EPOCH_KEY in key:
                 continue
             epoch_a, epoch_b = a.get(key + EPOCH_KEY), b.get(key + EPOCH_KEY)
             epochs = epoch_b - epoch_a if epoch_a is not None and epoch_b is not None else 0
             if epochs < 0:
                 continue  # the loops ran again from their start (a second training run)
-            steps = epochs * period[key] + value - before
+            r = out[key]
+            steps = epochs * r[4] + value - before
             if steps > 0:
-                n, total, ns = rises.get(key, (0, 0, 0))
-                rises[key] = (n + 1, total + steps, ns + dt)
+                r[0], r[1], r[2] = r[0] + 1, r[1] + steps, r[2] + dt
             elif steps < 0:
-                falls[key] = falls.get(key, 0) + 1
+                r[3] += 1
+    return out
+
+
+def _rises(chunks: tuple[StackChunk, ...] | list[StackChunk]) -> dict[str, tuple[int, int, int]]:
+    """Each counter's rises: (intervals, steps, ns); the counters whose epochs are
+    shorter than the readings' spacing left out (stack_steps_per_s)."""
+    stretches = [c for c in chunks if c.rises]
     return {
-        key: rise
-        for key, rise in rises.items()
-        if not (falls.get(key, 0) >= 2 and 2 * falls[key] >= rise[0])
+        key: (rose, steps, ns)
+        for key, (rose, steps, ns, fell, _period) in counter_rises(
+            counter_readings(chunks), stretches
+        ).items()
+        if rose and not (fell >= 2 and 2 * fell >= rose)
     }
 
 
