@@ -4,7 +4,7 @@ main thread by what they were in, and the loop's counters), in bounded memory
 
 A real chunk is ~1.4 kB as objects (its four small dicts) and `watch` makes one every
 ten seconds, so a week's doctor held 30 MB of them once the old deque's cap (21,600:
-the last 60 hours) was reached, and its report saw only those 60 hours; now 0.5 MB
+the last 60 hours) was reached, and its report saw only those 60 hours; now 0.7 MB
 (bench/stack_memory.py). A merged stretch holds its chunks' samples summed by class,
 so the whole run's split and data wait are the same; of the loop counters it keeps its
 first and last readings and what the counters did between them, interval by interval
