@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from gpudoctor.model import JobExit
-from gpudoctor.sources.contention import schedstat
+from gpudoctor.sources.contention import Owed
 from gpudoctor.store import apply_record
 from gpudoctor.timeline import Timeline
 
@@ -159,10 +159,11 @@ def run_owed(
     with subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs
     ) as proc:
-        start, owed, since = time.monotonic(), 0.0, dict[int, int]()
+        owed = Owed(timeout, OWED_TIMES * timeout, [proc.pid])
         while True:
-            owed = max(owed, _waited_for_a_core(proc.pid, since))
-            left = start + min(timeout + owed, OWED_TIMES * timeout) - time.monotonic()
+            with contextlib.suppress(psutil.Error):  # its children as they come
+                owed.see(p.pid for p in psutil.Process(proc.pid).children(recursive=True))
+            left = owed.left()
             if left <= 0:
                 proc.kill()
                 out, err = proc.communicate()
@@ -173,21 +174,6 @@ def run_owed(
             except subprocess.TimeoutExpired:
                 input = None  # sent: communicate() goes on with the rest
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
-
-
-def _waited_for_a_core(pid: int, since: dict[int, int]) -> float:
-    """The longest any of pid's process tree has waited for a core (s) since it was
-    first seen (`since`: each one's reading then, by pid, added to as they come)."""
-    try:
-        tree = [pid, *(p.pid for p in psutil.Process(pid).children(recursive=True))]
-    except psutil.Error:
-        return 0.0
-    waited = 0.0
-    for one in tree:
-        read = schedstat(one, one)
-        if read is not None:
-            waited = max(waited, (read[1] - since.setdefault(one, read[1])) / 1e9)
-    return waited
 
 
 def run_job(

@@ -50,7 +50,7 @@ import psutil
 from gpudoctor import probe
 from gpudoctor.i18n import _
 from gpudoctor.jobs import ptrace
-from gpudoctor.sources.contention import schedstat
+from gpudoctor.sources.contention import Owed
 
 PROBE_DIR = Path(probe.__file__).resolve().parent
 BOOT_NAME = "inject.py"
@@ -431,12 +431,11 @@ def inject(pid: int, folder: str, settings: dict[str, object], route: str) -> st
         _gdb(pid, boot)
     if not os.path.exists(result):  # the job runs it later: its deadline is the doctor's
         write_boot(RESULT_WAIT_S)
-    start = time.monotonic()
-    starved = Starved([pid])
-    written = start + RESULT_WAIT_S  # the boot script's own deadline
+    owed = Owed(RESULT_WAIT_S, RESULT_WAIT_MAX_S, [pid])
+    written = owed.start + RESULT_WAIT_S  # the boot script's own deadline
     while True:
         now = time.monotonic()
-        deadline = start + min(RESULT_WAIT_S + starved.seconds(), RESULT_WAIT_MAX_S)
+        deadline = owed.deadline()
         if now >= deadline:
             break
         if deadline > written + 1.0:  # waited for a core meanwhile: the script's time too
@@ -449,41 +448,19 @@ def inject(pid: int, folder: str, settings: dict[str, object], route: str) -> st
         if not running(pid):  # it ended (its interpreter finalising ran the script)
             raise InjectError(ended_before(pid))
         time.sleep(0.05)
-    raise InjectError(_no_safe_point(pid, time.monotonic() - start))
-
-
-def run_delay_ns(pid: int) -> int:
-    """How long pid's main thread has waited for a core, all told; 0 where the kernel
-    does not say."""
-    read = schedstat(pid, pid)
-    return read[1] if read is not None else 0
-
-
-class Starved:
-    """How long, since it was made, the most starved of some processes' main threads
-    waited for a core (runnable, no core free): the time a wait for them is owed."""
-
-    def __init__(self, pids: list[int]) -> None:
-        self._from = {pid: run_delay_ns(pid) for pid in pids}
-
-    def seconds(self) -> float:
-        waited = (run_delay_ns(pid) - since for pid, since in self._from.items())
-        return max(0.0, *waited) / 1e9
+    raise InjectError(_no_safe_point(pid, time.monotonic() - owed.start))
 
 
 def wait_owed(process: subprocess.Popen[str], seconds: float, job: int) -> str | None:
     """What `process` printed once it ended within `seconds`, plus the time it or the
     job's main thread waited for a core meanwhile (up to RESULT_WAIT_MAX_S in all);
     None while it still runs then (what it printed so far is kept for the next call)."""
-    start = time.monotonic()
-    starved = Starved([process.pid, job])
-    while True:
-        left = start + min(seconds + starved.seconds(), RESULT_WAIT_MAX_S) - time.monotonic()
-        if left <= 0:
-            return None
+    owed = Owed(seconds, RESULT_WAIT_MAX_S, [process.pid, job])
+    while (left := owed.left()) > 0:
         with contextlib.suppress(subprocess.TimeoutExpired):
             output, _unused = process.communicate(timeout=min(left, 1.0))
             return output
+    return None
 
 
 def running(pid: int) -> bool:

@@ -35,6 +35,37 @@ def schedstat(pid: int, tid: int | str) -> tuple[int, int] | None:
         return None
 
 
+class Owed:
+    """A wait of `seconds` for some processes, lengthened by the longest time one of
+    their main threads has since waited for a core (runnable, no core free: a busy
+    machine, a cgroup the rest starves), up to `most` seconds in all: a starved process
+    gets its time all the same. Processes may join as they appear (`see`)."""
+
+    def __init__(self, seconds: float, most: float, pids: Iterable[int]) -> None:
+        self.start = time.monotonic()
+        self.seconds, self.most = seconds, most
+        self._from: dict[int, int] = {}  # pid -> its run-queue delay when first seen
+        self._waited_ns = 0
+        self.see(pids)
+
+    def see(self, pids: Iterable[int]) -> None:
+        for pid in pids:
+            read = schedstat(pid, pid) if pid not in self._from else None
+            if read is not None:
+                self._from[pid] = read[1]
+
+    def deadline(self) -> float:
+        """When the wait ends (time.monotonic()), as of now."""
+        for pid, since in self._from.items():
+            read = schedstat(pid, pid)
+            if read is not None:
+                self._waited_ns = max(self._waited_ns, read[1] - since)
+        return self.start + min(self.seconds + self._waited_ns / 1e9, self.most)
+
+    def left(self) -> float:
+        return self.deadline() - time.monotonic()
+
+
 class RunDelay:
     """Between two readings (None before the second, or where schedstat is absent): the
     fraction of the job's runnable time its threads spent waiting for a core, and the
