@@ -48,5 +48,5 @@ def merged(a: StackChunk, b: StackChunk) -> StackChunk:
         last_counters=last[1],
         last_counters_t_mono_ns=last[0],
         chunks=a.chunks + b.chunks,
-        rises=counter_rises(readings, [c for c in (a, b) if c.rises]),
+        rises=counter_rises((a, b)),
     )

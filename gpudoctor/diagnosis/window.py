@@ -159,14 +159,14 @@ def counter_readings(chunks: tuple[StackChunk, ...] | list[StackChunk]) -> list[
     return out
 
 
-def counter_rises(
-    readings: list[Reading], stretches: tuple[StackChunk, ...] | list[StackChunk] = ()
-) -> dict[str, list[int]]:
+def counter_rises(chunks: tuple[StackChunk, ...] | list[StackChunk]) -> dict[str, list[int]]:
     """Each counter's [intervals it rose in, steps, ns, intervals it fell in, its
-    period]: over the readings' intervals, and the stretches' own (StackChunk.rises). A
-    counter's period (an epoch's length) is the largest value it was read at, plus one."""
+    period] over the chunks: between their readings (counter_readings), and inside the
+    merged stretches (StackChunk.rises). A counter's period (an epoch's length) is the
+    largest value it was read at, plus one."""
+    readings = counter_readings(chunks)
     out: dict[str, list[int]] = {}
-    for c in stretches:
+    for c in chunks:
         for key, (rose, steps, ns, fell, period) in (c.rises or {}).items():
             r = out.setdefault(key, [0, 0, 0, 0, 0])
             r[0], r[1], r[2], r[3] = r[0] + rose, r[1] + steps, r[2] + ns, r[3] + fell
@@ -199,12 +199,9 @@ def counter_rises(
 def _rises(chunks: tuple[StackChunk, ...] | list[StackChunk]) -> dict[str, tuple[int, int, int]]:
     """Each counter's rises: (intervals, steps, ns); the counters whose epochs are
     shorter than the readings' spacing left out (stack_steps_per_s)."""
-    stretches = [c for c in chunks if c.rises]
     return {
         key: (rose, steps, ns)
-        for key, (rose, steps, ns, fell, _period) in counter_rises(
-            counter_readings(chunks), stretches
-        ).items()
+        for key, (rose, steps, ns, fell, _period) in counter_rises(chunks).items()
         if rose and not (fell >= 2 and 2 * fell >= rose)
     }
 
