@@ -176,13 +176,21 @@ def run_owed(
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
+# torch's own race at the end of a gloo job: a rank aborts as the process group goes,
+# after all its work, plain or doctored alike (bench/ddp_teardown.py on ddp_torchrun.py,
+# barrier and all: 2 of 30 plain runs, none doctored; RESULTS.md; rank 1 of test_ranks'
+# job once in CI, 2026-12-07). The tests that run such a job run it once more on it.
+TEARDOWN_ABORT = "terminate called without an active exception"
+
+
 def run_job(
     tmp_path: Path, script: Path | str, *job_args: str, doctor_args: tuple[str, ...] = ()
 ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     report = tmp_path / f"report-{Path(script).stem}.json"
-    proc = doctor(
-        "run", "--headless", "--report", str(report), *doctor_args, "--", PY, str(script), *job_args
-    )
+    args = ("run", "--headless", "--report", str(report), *doctor_args, "--", PY, str(script))
+    proc = doctor(*args, *job_args)
+    if proc.returncode != 0 and TEARDOWN_ABORT in proc.stderr:
+        proc = doctor(*args, *job_args)  # torch's own race as a gloo group goes: once more
     assert report.exists(), proc.stderr[-3000:]
     return proc, json.loads(report.read_text())
 

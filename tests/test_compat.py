@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import IO
 
 import pytest
-from conftest import PY, env_without_probe, tree_cpu_s
+from conftest import PY, TEARDOWN_ABORT, env_without_probe, tree_cpu_s
 
 COMPAT = Path(__file__).resolve().parent / "compat"
 SCRIPTS = sorted(p for p in COMPAT.glob("*.py") if not p.name.startswith("_"))
@@ -146,13 +146,8 @@ TENSOR_HOOK_SCRIPTS = [
 ]  # fmt: skip
 
 
-# torch's own race at the end of a gloo job: a rank aborts as the process group goes,
-# after all its work, plain or doctored alike (bench/ddp_teardown.py on ddp_torchrun.py,
-# barrier and all: 2 of 30 plain runs, none doctored; RESULTS.md). Seen in a run, the
-# comparison is made once more; a probe that caused it would cause it again.
-TEARDOWN_ABORT = "terminate called without an active exception"
-
-
+# torch's own race at the end of a gloo job (conftest.TEARDOWN_ABORT): seen in a run,
+# the comparison is made once more; a probe that caused it would cause it again.
 class TeardownAbort(Exception):
     pass
 

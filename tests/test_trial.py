@@ -37,6 +37,21 @@ def trial(tmp_path: Path, *args: str, name: str = "trial") -> tuple[Any, dict[st
     return proc, json.loads(report.read_text())["trial"]
 
 
+def says_faster(result: dict[str, Any]) -> None:
+    """The trial says "faster"; or, on a machine whose other processes took the job's
+    cores throughout its runs (CI's, beside the rest of the suite), "no better than noise"
+    where the wider interval the verdict then rests on holds 1, or the runs were too few
+    to claim anything (trial.verdict: a 2.09x read so in CI, 2026-12-07). Either way the
+    runs read a gain: the caller asserts its size."""
+    busy = result["machine_busy"]
+    said = (result["speedup"], result["ci95"], result["judged"], busy)
+    if busy and not busy["left_out"] and result["verdict"] == "no better than noise":
+        low, high = result["judged"]["ci"]
+        assert busy["too_few_runs"] or low <= 1.0 <= high, said
+    else:
+        assert result["verdict"] == "faster", said
+
+
 def test_more_workers_through_the_scripts_flag_is_faster(tmp_path: Path) -> None:
     """How often a repeat lands inside the interval is the interval's coverage, measured
     over many trials in bench/trial_coverage.py; here what holds every time."""
@@ -60,13 +75,15 @@ def test_more_workers_through_the_scripts_flag_is_faster(tmp_path: Path) -> None
     )  # fmt: skip
     assert "2 cores the job may use" in applied["why"]
     assert result["commands"]["treatment"][-2:] == ["--num-workers", "2"]
-    assert result["speedup"] >= 1.3 and result["verdict"] == "faster"
+    assert result["speedup"] >= 1.3
+    says_faster(result)
     # what it was predicted to buy, beside what it measured
     predicted = result["predicted"]
     assert 0 < predicted["low"] <= predicted["high"] and "2 cores allowed" in predicted["basis"]
     assert "predicted " in proc.stderr
     low, high = result["ci95"]
-    assert low <= result["speedup"] <= high and low > 1.0
+    assert low <= result["speedup"] <= high
+    assert low > 1.0 or result["verdict"] != "faster"  # "faster" rests on at least this one
     assert result["baseline"]["data_wait_fraction"] > result["treatment"]["data_wait_fraction"]
     # 100 steady steps a run, two runs a side and the extra pairs run; on a shared machine
     # the steps run while others took the job's cores may be left out, and are counted there
@@ -117,7 +134,8 @@ def test_without_the_flag_the_probe_overrides_the_dataloader(tmp_path: Path) -> 
     assert result["applied"][0]["change"] == "DataLoader num_workers=0 -> 2"
     assert result["commands"]["treatment"] == result["commands"]["baseline"]  # not edited
     assert "GPUDOCTOR_OVERRIDES=" in result["treatment_shown"]
-    assert result["speedup"] >= 1.3 and result["verdict"] == "faster"
+    assert result["speedup"] >= 1.3
+    says_faster(result)
     # `history`: the trial is one entry, its runs under it (issue 40, point 11), and no
     # line is wider than the terminal: $COLUMNS off a terminal, 80 when it is unset
     runs = result["baseline"]["sessions"] + result["treatment"]["sessions"]
