@@ -3,7 +3,10 @@ the simple commands do what their help says."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import pty
 import subprocess
 from pathlib import Path
 
@@ -25,6 +28,8 @@ def one_line_error(proc: subprocess.CompletedProcess[str], code: int = 2) -> str
         (["run", "--bogus", "--", "true"], "unrecognized arguments: --bogus"),
         (["run", "--headless"], "no command given"),
         (["run", "--headless", "--max-seconds", "-3", "--", "true"], "must be positive"),
+        (["run", "--status-every", "-1", "--", "true"], "must be 0 or more: '-1'"),
+        (["watch", "--pid", "1", "--status-every", "often"], "not a number: 'often'"),
         (["run", "--headless", "--report", "out.txt", "--", "true"], ".json, .md or .html"),
         (["run", "--headless", "--report", "/no/such/dir/r.json", "--", "true"], "no such folder"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),
@@ -223,3 +228,36 @@ def test_the_kept_traceback_of_a_doctors_fault_masks_the_jobs_secrets(
     assert "gpudoctor failed (ValueError: could not log in with ***)" in err
     assert "train.py --hf-token '***' '--db-password=***' --lr 3" in text.splitlines()[0]
     assert "could not log in with ***" in text and "Traceback" in text
+
+
+def status_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("[gpudoctor")]
+
+
+def test_the_status_line_comes_each_second_on_a_terminal_and_each_minute_off_one() -> None:
+    """A headless run into a log file (nohup, CI) got a status line a second, 86,400 a
+    day among the job's own lines: off a terminal it comes once a minute, and
+    --status-every sets it (0: none)."""
+    job = ("--", PY, "-c", "import time; time.sleep(6.5)")
+    piped = doctor("run", "--headless", *job)
+    assert piped.returncode == 0, piped.stderr[-2000:]
+    assert status_lines(piped.stderr) == [] and "gpudoctor: session" in piped.stderr
+    every_2 = status_lines(doctor("run", "--headless", "--status-every", "2", *job).stderr)
+    assert 1 <= len(every_2) <= 3, every_2  # at ~2, ~4 and ~6 s
+    # stderr a terminal: a line each second, as before
+    ours, theirs = pty.openpty()
+    try:
+        proc = subprocess.run(
+            [PY, "-m", "gpudoctor", "run", "--headless", *job],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=theirs, timeout=120,
+        )  # fmt: skip
+        os.close(theirs)
+        said = b""
+        with contextlib.suppress(OSError):  # EIO: the terminal's other side is closed
+            while chunk := os.read(ours, 65536):
+                said += chunk
+    finally:
+        os.close(ours)
+    assert proc.returncode == 0
+    on_terminal = status_lines(said.decode(errors="replace").replace("\r", ""))
+    assert len(on_terminal) >= 4, on_terminal

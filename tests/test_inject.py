@@ -272,7 +272,8 @@ def test_a_doctor_killed_while_attached_leaves_the_job_as_it_was_and_a_second_at
 ) -> None:
     job, _log = start(script, tmp_path)
     watching = subprocess.Popen(
-        [PY, "-m", "gpudoctor", "watch", "--pid", str(job.pid), "--inject", "--headless"],
+        [PY, "-m", "gpudoctor", "watch", "--pid", str(job.pid), "--inject", "--headless",
+         "--status-every", "1"],  # a status line a second into the pipe too
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         preexec_fn=as_from_a_terminal,
     )  # fmt: skip

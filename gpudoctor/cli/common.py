@@ -6,8 +6,10 @@ from __future__ import annotations
 import argparse
 import locale
 import os
+import shutil
 import signal
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -239,6 +241,38 @@ def serve_metrics(args: argparse.Namespace, name: str) -> RunCollector | None:
 
         collector.on_latest = Pusher(exporter, collector).push
     return collector
+
+
+# Off a terminal (a log file, nohup.out, a CI job's log) the headless status line comes
+# once a minute: a line a second is 86,400 lines a day among the job's own (Hugging Face's
+# Trainer logs every 500 steps by default; tqdm's `mininterval` is for terminals).
+STATUS_EVERY_S_OFF_TERMINAL = 60.0
+# a tick comes every `--interval` seconds, give or take the loop's own work: a line due
+# within this much of a tick is printed at it
+STATUS_SLACK_S = 0.25
+
+
+class StatusLines:
+    """The headless status line on stderr (live.status_line) at most every `every_s`
+    seconds: None, once a second on a terminal and STATUS_EVERY_S_OFF_TERMINAL off one;
+    0, never. The first comes `every_s` after the start, at a tick."""
+
+    def __init__(self, every_s: float | None) -> None:
+        if every_s is None:
+            every_s = 1.0 if sys.stderr.isatty() else STATUS_EVERY_S_OFF_TERMINAL
+        self.every_s = every_s
+        self.last = time.monotonic()
+
+    def __call__(self, timeline: Timeline) -> None:
+        now = time.monotonic()
+        if not self.every_s or now - self.last < self.every_s - STATUS_SLACK_S:
+            return
+        self.last = now
+        from gpudoctor.live import status_line
+
+        # never wider than the terminal (a wrapped line is two): $COLUMNS off one, else 80
+        width = shutil.get_terminal_size((80, 24)).columns - 1
+        print(status_line(timeline, width), file=sys.stderr, flush=True)
 
 
 def with_metrics(on_tick: OnTick, collector: RunCollector | None, source: JobSource) -> OnTick:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from gpudoctor import __version__
-from gpudoctor.cli.common import UsageError
+from gpudoctor.cli.common import STATUS_EVERY_S_OFF_TERMINAL, UsageError
 from gpudoctor.i18n import N_, _
 from gpudoctor.output_log import DEFAULT_MAX_MB
 from gpudoctor.units import cell_width, wrap_columns
@@ -103,6 +103,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--lang", choices=("en", "zh"), default=None,
         help=_("language of what the doctor writes (default: the locale)"),
     )  # fmt: skip
+    status_help = _(
+        "headless: seconds between the status lines on stderr (default 1 on a terminal, "
+        "{off:.0f} off one, as in a log file; 0: none)"
+    ).format(off=STATUS_EVERY_S_OFF_TERMINAL)
     sub = parser.add_subparsers(dest="command_name", metavar="COMMAND", parser_class=_Parser)
 
     def add(name: str, help: str) -> argparse.ArgumentParser:
@@ -112,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = add("run", _("launch a command under the doctor"))
     run.add_argument("--headless", action="store_true", help=_("no TUI: a status line on stderr"))
+    run.add_argument("--status-every", type=_seconds_or_none, metavar="S", help=status_help)
     run.add_argument(
         "--report", type=Path, metavar="PATH", help=_("write the report (.json or .md)")
     )
@@ -182,6 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
         "local rank"),
     )  # fmt: skip
     watch.add_argument("--headless", action="store_true", help=_("no TUI: a status line on stderr"))
+    watch.add_argument("--status-every", type=_seconds_or_none, metavar="S", help=status_help)
     watch.add_argument(
         "--report", type=Path, metavar="PATH", help=_("write the report (.json or .md)")
     )
@@ -415,6 +421,17 @@ def _count(text: str) -> int:
     value = _whole(text)
     if value < 0:
         raise argparse.ArgumentTypeError(_("must not be negative: {text!r}").format(text=text))
+    return value
+
+
+def _seconds_or_none(text: str) -> float:
+    """A number of seconds, 0 or more (0: never)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(_("not a number: {text!r}").format(text=text)) from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(_("must be 0 or more: {text!r}").format(text=text))
     return value
 
 

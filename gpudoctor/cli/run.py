@@ -1,12 +1,11 @@
 """`gpudoctor run [OPTIONS] -- CMD`: the job launched under the doctor, headless (a
-status line each tick on stderr) or in the TUI; the summary after it, the report file,
+status line on stderr every second, every minute off a terminal) or in the TUI; the summary after it, the report file,
 the job's own exit code."""
 
 from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import signal
 import sys
 import threading
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING
 from gpudoctor.app import errors
 from gpudoctor.app import run as running
 from gpudoctor.cli.common import (
+    StatusLines,
     UsageError,
     command_of,
     err,
@@ -35,7 +35,6 @@ from gpudoctor.cli.common import (
 from gpudoctor.i18n import _
 from gpudoctor.jobs import LaunchedJob, LaunchError
 from gpudoctor.store import Store
-from gpudoctor.timeline import Timeline
 
 if TYPE_CHECKING:  # --metrics loads prometheus_client only when asked
     from gpudoctor.metrics import RunCollector
@@ -73,20 +72,12 @@ def command(args: argparse.Namespace) -> int:
         return exc.exit_code
     try:
         with ctrl_c_reaches_the_job(job), survives_hangup(job):
-            on_tick = with_metrics(print_status, metrics, job)
+            on_tick = with_metrics(StatusLines(args.status_every), metrics, job)
             result = running.follow(job, store, lang_of(args), on_tick=on_tick)
     finally:
         job.close()
         store.close()
     return show(result, path)
-
-
-def print_status(timeline: Timeline) -> None:
-    from gpudoctor.live import status_line
-
-    # never wider than the terminal (a wrapped line is two): $COLUMNS off one, else 80
-    width = shutil.get_terminal_size((80, 24)).columns - 1
-    print(status_line(timeline, width), file=sys.stderr, flush=True)
 
 
 def show(result: running.RunResult, path: Path | None) -> int:

@@ -14,6 +14,7 @@ from gpudoctor.app import errors
 from gpudoctor.app import run as running
 from gpudoctor.cli.common import (
     USAGE_ERROR,
+    StatusLines,
     UsageError,
     follow_in_tui,
     lang_of,
@@ -24,7 +25,7 @@ from gpudoctor.cli.common import (
     survives_hangup,
     with_metrics,
 )
-from gpudoctor.cli.run import print_status, show
+from gpudoctor.cli.run import show
 from gpudoctor.i18n import _
 from gpudoctor.jobs import WatchedJob
 from gpudoctor.redact import redact_argv
@@ -74,7 +75,7 @@ def command(args: argparse.Namespace) -> int:
     previous = {s: signal.signal(s, leave) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         with survives_hangup(job):
-            on_tick = with_metrics(print_status, metrics, job)
+            on_tick = with_metrics(StatusLines(args.status_every), metrics, job)
             result = running.follow(job, store, lang, on_tick=on_tick)
     finally:
         for sig, handler in previous.items():
