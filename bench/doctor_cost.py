@@ -5,7 +5,7 @@ step the probe's budget is stated for, 100 steps a second) and over a fast train
 (the probe sending thousands of steps a second).
 
     python bench/doctor_cost.py [--seconds 60] [--no-tui] [--views 80x24,160x45,160x45+h]
-        [--jobs sleeping,paced,fast] [--pace-ms 10]
+        [--jobs sleeping,paced,fast] [--pace-ms 10] [--doctor-arg=--status-every --doctor-arg=1]
 
 Budget (DESIGN.md section 7): <= 1% of one core headless at 1 Hz, <= 2% with the TUI at
 1 Hz, peak RSS <= 100 MB.
@@ -31,6 +31,7 @@ import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 STARTUP_S = 5.0
+DOCTOR_ARGS: list[str] = []  # more of `run`'s options, headless (--doctor-arg)
 
 
 def start_tui(cmd: list[str], view: str = "80x24") -> tuple[psutil.Process, str]:
@@ -60,7 +61,8 @@ def measure(
 ) -> dict[str, float]:
     store = Path(tempfile.mkdtemp()) / "s.db"
     cmd = [sys.executable, "-m", "gpudoctor", "--store", str(store), "run",
-           *([] if tui else ["--headless"]), "--max-seconds", str(seconds), "--", *job]  # fmt: skip
+           *([] if tui else ["--headless", *DOCTOR_ARGS]), "--max-seconds", str(seconds),
+           "--", *job]  # fmt: skip
     start = time.monotonic()
     window = None
     if tui:
@@ -140,7 +142,13 @@ def main() -> None:
         help="the TUI's windows, comma-separated: WxH, +KEY for a key pressed once it "
         "shows (160x45: the main screen's strip of plots; 160x45+h: the plots screen)",
     )
+    p.add_argument(
+        "--doctor-arg", action="append", default=[], metavar="ARG",
+        help="one more of `run`'s options, headless (repeat it: --doctor-arg=--status-every "
+        "--doctor-arg=1)",
+    )  # fmt: skip
     args = p.parse_args()
+    DOCTOR_ARGS.extend(args.doctor_arg)
     jobs = {
         "sleeping job (no probe traffic)": [sys.executable, "-c", f"import time; time.sleep({args.seconds + 30})"],
         f"training loop paced to a {args.pace_ms:g} ms step": [
