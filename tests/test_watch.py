@@ -213,6 +213,28 @@ def test_a_job_that_ends_while_watched_ends_the_watch(job: list[subprocess.Popen
     assert "until it ended" in result.stderr
 
 
+def test_a_watch_too_short_for_a_stack_sample_says_none_came(
+    job: list[subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    """py-spy's first chunk comes after a few seconds: a shorter watch has no stack
+    sample, and its summary and report said "None stack samples"."""
+    proc = subprocess.Popen(
+        [PY, "-c", "import time; time.sleep(60)"], env=env_without_probe(),
+        stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    job.append(proc)
+    report = tmp_path / "r.md"
+    result = doctor(
+        "watch", "--pid", str(proc.pid), "--headless", "--max-seconds", "1",
+        "--report", str(report),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "from outside: 0 stack samples of the main thread" in result.stderr, result.stderr
+    assert "watched from outside; 0 stack samples" in report.read_text()
+    assert "None" not in result.stderr + report.read_text()
+    assert proc.poll() is None  # left running
+
+
 def test_ctrl_c_leaves_and_the_job_goes_on(job: list[subprocess.Popen[bytes]]) -> None:
     proc = start_plainly("healthy.py", "--seconds", "120")
     job.append(proc)

@@ -80,7 +80,7 @@ def summary(report: Report) -> str:
     ]
     if report.watched:
         line = "  " + _("from outside: {samples} stack samples of the main thread").format(
-            samples=s.stack_samples
+            samples=s.stack_samples or 0  # None: none came (the first after a few seconds)
         )
         if s.steps_per_s:
             line += _(", about {rate:.1f} steps/s").format(rate=s.steps_per_s)
@@ -328,7 +328,7 @@ def _steps_words(report: Report) -> str:
     s: StepMeasures = report.steps
     if report.watched:
         words = "- " + _("steps: not timed (watched from outside; {samples} stack samples)").format(
-            samples=s.stack_samples
+            samples=s.stack_samples or 0
         )
         if s.steps_per_s:
             words += _(", about {rate:.1f} steps/s ({ms:.1f} ms a step)").format(
