@@ -238,12 +238,12 @@ def test_the_status_line_comes_each_second_on_a_terminal_and_each_minute_off_one
     """A headless run into a log file (nohup, CI) got a status line a second, 86,400 a
     day among the job's own lines: off a terminal it comes once a minute, and
     --status-every sets it (0: none)."""
-    job = ("--", PY, "-c", "import time; time.sleep(6.5)")
+    job = ("--", PY, "-c", "import time; time.sleep(4.5)")
     piped = doctor("run", "--headless", *job)
     assert piped.returncode == 0, piped.stderr[-2000:]
     assert status_lines(piped.stderr) == [] and "gpudoctor: session" in piped.stderr
     every_2 = status_lines(doctor("run", "--headless", "--status-every", "2", *job).stderr)
-    assert 1 <= len(every_2) <= 3, every_2  # at ~2, ~4 and ~6 s
+    assert 1 <= len(every_2) <= 2, every_2  # at ~2 and ~4 s
     # stderr a terminal: a line each second, as before
     ours, theirs = pty.openpty()
     try:
@@ -260,4 +260,4 @@ def test_the_status_line_comes_each_second_on_a_terminal_and_each_minute_off_one
         os.close(ours)
     assert proc.returncode == 0
     on_terminal = status_lines(said.decode(errors="replace").replace("\r", ""))
-    assert len(on_terminal) >= 4, on_terminal
+    assert len(on_terminal) >= 2, on_terminal  # (off one, the first would come at 60 s)
