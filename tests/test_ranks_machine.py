@@ -10,9 +10,10 @@ import sys
 import time
 
 import psutil
-from windows import steps, window
+from windows import host, steps, window
 
 from gpudoctor.diagnosis.engine import diagnose
+from gpudoctor.model import StackChunk
 from gpudoctor.prescribe.how import suggested_workers
 from gpudoctor.prescribe.predict import predict
 from gpudoctor.sources.host import HostReader
@@ -36,6 +37,31 @@ def test_more_workers_for_ranks_that_fill_the_cores_may_be_a_slowdown_and_says_w
     assert "no core is free beside the ranks" in p.basis and "can slow it" in p.basis
     alone = predict("more-workers", finding, window(steps=steps(loader_ms=5.0), facts=LOADER), 2)
     assert alone.low >= 1.0  # one process on two cores: a core for its worker
+
+
+def test_more_workers_watched_from_outside_is_predicted_from_the_estimates() -> None:
+    """A job watched from outside (py-spy's samples: 92% in the DataLoader, a step of
+    14.5 ms from the loop's counter; no worker in its tree) on 2 cores: the loader model
+    with the estimated step and wait, as for a run, where it read 1.00x-12.05x (the
+    finding's whole share)."""
+    t = 10**10
+    chunk = StackChunk(
+        0, t, {"loader": 184, "forward": 10, "backward": 6}, {"main:step": 0}, 0,
+        {"main:step": 690}, t,
+    )  # fmt: skip
+    facts = {"dataloaders": [{"num_workers": 0}]}
+    w = window(steps=[], host=host(), stacks=[chunk], facts=facts, steps_by_pid={})
+    assert w.estimated and abs(w.step_median_ms - 14.49) < 0.01
+    finding = next(f for f in diagnose(w) if f.id == "input-bound")
+    p = predict("more-workers", finding, w, 2)
+    assert "2 cores allowed, 0 workers -> 2" in p.basis, p.basis
+    # the wait (92% of 14.5 ms) halved at best by two loaders; one at 3/4 speed at worst
+    assert abs(p.high - 14.49 / (0.92 * 14.49 / 2)) < 0.05 and p.low < 1.0, p
+    # no step rate read (no loop counter): the finding's share, as before
+    bare = StackChunk(0, t, {"loader": 184, "forward": 10, "backward": 6})
+    w = window(steps=[], host=host(), stacks=[bare], facts=facts, steps_by_pid={})
+    finding = next(f for f in diagnose(w) if f.id == "input-bound")
+    assert "won back" in predict("more-workers", finding, w, 2).basis
 
 
 def test_a_process_new_to_the_job_counts_its_cpu_at_its_first_reading() -> None:
