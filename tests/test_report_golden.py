@@ -1,7 +1,9 @@
 """The report's forms are a contract: for every recorded session in tests/fixtures/, the
 JSON, the Markdown and the printed summary are what the doctor wrote (tests/fixtures/
 reports/), byte for byte: in English as on 2026-11-30, in Chinese as on 2026-12-02 (when
-its words became Chinese throughout, issue 18)."""
+its words became Chinese throughout, issue 18). Changed on purpose since: the watched
+session's more-workers prediction (2026-12-07: the loader model from py-spy's estimates,
+where it was the finding's whole share, 1.00x-13.89x)."""
 
 from __future__ import annotations
 
