@@ -7,6 +7,7 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import PY, SAMPLES, doctor
@@ -28,11 +29,27 @@ LOADER_BOUND = (
 )  # fmt: skip
 
 
+def fix_that_keeps(
+    report: Path, *args: str, cwd: Path | None = None
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """`gpudoctor fix ... --report REPORT`, once more when its first trial kept nothing
+    while other processes took the job's cores (its `machine_busy`): then it rightly
+    claims no gain (a spell of the suite's own load beside it read [0.41, 11.17] in CI,
+    2026-12-07, where two steady busy loops beside it read 1.88x [1.84, 1.93], kept). A
+    second such miss fails."""
+    for _attempt in range(2):
+        proc = doctor("fix", "--report", str(report), *args, cwd=cwd, timeout=380)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        visit = json.loads(report.read_text())["fix"]
+        first = visit["steps"][0] if visit["steps"] else {}
+        if first.get("kept") or not first.get("machine_busy"):
+            break
+    return proc, visit
+
+
+@pytest.mark.timeout(800)  # fix_that_keeps may run the visit twice
 def test_fix_keeps_more_workers_and_says_what_to_edit_by_hand(tmp_path: Path) -> None:
-    report = tmp_path / "fix.json"
-    proc = doctor("fix", "--steps", "60", "--report", str(report), "--", *LOADER_BOUND, timeout=380)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    visit = json.loads(report.read_text())["fix"]
+    proc, visit = fix_that_keeps(tmp_path / "fix.json", "--steps", "60", "--", *LOADER_BOUND)
     first = visit["steps"][0]
     # the remedy predicted to buy most, applied through the script's own flag
     assert first["remedy"] == "more-workers" and first["finding"] == "input-bound"
@@ -90,20 +107,16 @@ def test_fix_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> 
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.timeout(800)  # fix_that_keeps may run the visit twice
 def test_fix_writes_a_kept_override_as_a_diff_of_the_script(tmp_path: Path) -> None:
     """The no-flag loader: more workers kept through the probe's override; the diff sets
     them where the script makes its DataLoader, and the patched script, run without
     any override, has them."""
     jobs = tmp_path / "jobs"
     shutil.copytree(SAMPLES, jobs, ignore=shutil.ignore_patterns("__pycache__"))
-    report = tmp_path / "fix.json"
     # the wait mostly storage (a sleep): more workers buy about 2x however busy the CPUs
     job = ("dataloader_no_flag.py", "--seconds", "600", "--decode-work", "0", "--read-ms", "1.5")
-    proc = doctor(
-        "fix", "--steps", "60", "--report", str(report), "--", PY, *job, cwd=jobs, timeout=380
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    visit = json.loads(report.read_text())["fix"]
+    proc, visit = fix_that_keeps(tmp_path / "fix.json", "--steps", "60", "--", PY, *job, cwd=jobs)
     assert visit["steps"][0]["kept"], visit["steps"][0]
     assert visit["final_env"]["GPUDOCTOR_OVERRIDES"] == '{"dataloader": {"num_workers": 2}}'
     diff = visit["final_diff"]
