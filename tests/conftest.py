@@ -183,14 +183,21 @@ def run_owed(
 TEARDOWN_ABORT = "terminate called without an active exception"
 
 
+def doctor_past_teardown(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """`doctor(*args)`, once more when the job failed with torch's teardown abort."""
+    proc = doctor(*args, **kwargs)
+    if proc.returncode != 0 and TEARDOWN_ABORT in proc.stderr:
+        proc = doctor(*args, **kwargs)
+    return proc
+
+
 def run_job(
     tmp_path: Path, script: Path | str, *job_args: str, doctor_args: tuple[str, ...] = ()
 ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     report = tmp_path / f"report-{Path(script).stem}.json"
-    args = ("run", "--headless", "--report", str(report), *doctor_args, "--", PY, str(script))
-    proc = doctor(*args, *job_args)
-    if proc.returncode != 0 and TEARDOWN_ABORT in proc.stderr:
-        proc = doctor(*args, *job_args)  # torch's own race as a gloo group goes: once more
+    proc = doctor_past_teardown(
+        "run", "--headless", "--report", str(report), *doctor_args, "--", PY, str(script), *job_args
+    )
     assert report.exists(), proc.stderr[-3000:]
     return proc, json.loads(report.read_text())
 

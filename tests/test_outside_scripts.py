@@ -8,7 +8,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import PY, TEARDOWN_ABORT, doctor, finding_ids, run_job, top_finding
+from conftest import PY, doctor, doctor_past_teardown, finding_ids, run_job, top_finding
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -218,11 +218,10 @@ def test_torchrun_ranks_are_each_probed(tmp_path: Path) -> None:
     )
     torchrun = str(Path(PY).with_name("torchrun"))
     report_path = tmp_path / "r.json"
-    args = ("run", "--headless", "--report", str(report_path), "--", torchrun,
-            "--standalone", "--nproc_per_node=2", str(script))  # fmt: skip
-    proc = doctor(*args, timeout=200)
-    if proc.returncode != 0 and TEARDOWN_ABORT in proc.stderr:
-        proc = doctor(*args, timeout=200)  # torch's own race as the group goes: once more
+    proc = doctor_past_teardown(
+        "run", "--headless", "--report", str(report_path), "--", torchrun,
+        "--standalone", "--nproc_per_node=2", str(script), timeout=200,
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     import json
 

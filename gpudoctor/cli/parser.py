@@ -116,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = add("run", _("launch a command under the doctor"))
     run.add_argument("--headless", action="store_true", help=_("no TUI: a status line on stderr"))
-    run.add_argument("--status-every", type=_seconds_or_none, metavar="S", help=status_help)
+    run.add_argument("--status-every", type=_seconds_or_zero, metavar="S", help=status_help)
     run.add_argument(
         "--report", type=Path, metavar="PATH", help=_("write the report (.json or .md)")
     )
@@ -187,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
         "local rank"),
     )  # fmt: skip
     watch.add_argument("--headless", action="store_true", help=_("no TUI: a status line on stderr"))
-    watch.add_argument("--status-every", type=_seconds_or_none, metavar="S", help=status_help)
+    watch.add_argument("--status-every", type=_seconds_or_zero, metavar="S", help=status_help)
     watch.add_argument(
         "--report", type=Path, metavar="PATH", help=_("write the report (.json or .md)")
     )
@@ -424,22 +424,23 @@ def _count(text: str) -> int:
     return value
 
 
-def _seconds_or_none(text: str) -> float:
-    """A number of seconds, 0 or more (0: never)."""
+def _number(text: str) -> float:
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(_("not a number: {text!r}").format(text=text)) from None
+
+
+def _seconds_or_zero(text: str) -> float:
+    """A number of seconds, 0 or more (0: never)."""
+    value = _number(text)
     if not value >= 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(_("must be 0 or more: {text!r}").format(text=text))
     return value
 
 
 def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(_("not a number: {text!r}").format(text=text)) from None
+    value = _number(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(_("must be positive: {text!r}").format(text=text))
     return value

@@ -1,6 +1,6 @@
 """`gpudoctor run [OPTIONS] -- CMD`: the job launched under the doctor, headless (a
-status line on stderr every second, every minute off a terminal) or in the TUI; the summary after it, the report file,
-the job's own exit code."""
+status line on stderr every second, every minute off a terminal) or in the TUI; the
+summary after it, the report file, the job's own exit code."""
 
 from __future__ import annotations
 
